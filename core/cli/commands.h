@@ -1,0 +1,16 @@
+// The subcommands of the `kvscope` program, one file each.
+// Each add_* registers its options on `app` and the function that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvscope::cli {
+
+void add_generate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_devices_command(CLI::App& app);
+
+// --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
+void set_threads(int threads);
+
+}  // namespace kvscope::cli

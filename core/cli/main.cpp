@@ -1,0 +1,44 @@
+// kvscope: the command-line program.
+//
+//   kvscope generate --model DIR --prompt TEXT [-n N] [--chat] [--temperature T] ...
+//   kvscope bench    [--config FILE] [--prompt-tokens N] [--decode-tokens N] ...
+//   kvscope devices  the CPU threads and the CUDA GPUs this build can use
+//
+// Every failure is one line on stderr, "kvscope: error: <file>: <problem>", and exit code 1.
+#include <omp.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace kvscope::cli {
+void set_threads(int threads) {
+  if (threads < 0) throw Error("--threads must be >= 0");
+  if (threads > 0) omp_set_num_threads(threads);
+}
+}  // namespace kvscope::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvscope: a Qwen3 decoder with a paged KV cache, eviction and compaction"};
+  app.require_subcommand(1);
+  kvscope::cli::add_generate_command(app);
+  kvscope::cli::add_bench_command(app);
+  kvscope::cli::add_devices_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const kvscope::Error& e) {
+    std::fprintf(stderr, "kvscope: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "kvscope: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvscope: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

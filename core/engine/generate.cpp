@@ -1,0 +1,56 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "model/qwen3.h"
+#include "util/error.h"
+
+namespace kvscope {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+GenerateStats generate(const Model& model, const std::vector<int>& prompt, const GenerateOptions& options,
+                       const std::function<void(int token)>& on_token) {
+  const ModelConfig& c = model.config;
+  if (prompt.empty()) throw Error("generate: the prompt has no tokens");
+  if (options.max_new_tokens < 0) throw Error("generate: the number of new tokens must be >= 0");
+  const int total = int(prompt.size()) + options.max_new_tokens;
+  if (total > c.max_position_embeddings)
+    throw Error("generate: " + std::to_string(prompt.size()) + " prompt + " + std::to_string(options.max_new_tokens) +
+                " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
+  const int vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;
+
+  KvCache cache(c, total);
+  RunState state;
+  Sampler sampler(options.sampler);
+  GenerateStats stats;
+  stats.prompt_tokens = int(prompt.size());
+
+  auto t0 = std::chrono::steady_clock::now();
+  const float* logits = forward(model, cache, state, prompt.data(), int(prompt.size()), 0);
+  stats.prefill_seconds = seconds_since(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  int pos = int(prompt.size());
+  for (int i = 0; i < options.max_new_tokens; ++i) {
+    const int token = sampler.sample(logits, vocab);
+    ++stats.new_tokens;
+    on_token(token);
+    if (std::find(options.stop_ids.begin(), options.stop_ids.end(), token) != options.stop_ids.end()) {
+      stats.stopped = true;
+      break;
+    }
+    if (i + 1 == options.max_new_tokens) break;  // no need to run the token we will not sample after
+    logits = forward(model, cache, state, &token, 1, pos++);
+    ++stats.decode_steps;
+  }
+  stats.decode_seconds = seconds_since(t0);
+  return stats;
+}
+
+}  // namespace kvscope

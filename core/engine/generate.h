@@ -1,0 +1,35 @@
+// generate(): prefill the prompt, then decode one token at a time until N new
+// tokens or an end-of-sequence id. Tokens are handed to a callback as they come.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "model/weights.h"
+#include "sample/sampler.h"
+
+namespace kvscope {
+
+struct GenerateOptions {
+  int max_new_tokens = 64;
+  SamplerConfig sampler;
+  std::vector<int> stop_ids;  // usually the config's EOS ids
+  int vocab_limit = 0;        // sample only ids below this (the tokenizer's size); 0 = all logits
+};
+
+struct GenerateStats {
+  int prompt_tokens = 0;
+  int new_tokens = 0;         // sampled tokens, the stop token included
+  int decode_steps = 0;       // forward calls after the prefill
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  bool stopped = false;       // ended on a stop id
+
+  double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
+  double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }
+};
+
+GenerateStats generate(const Model& model, const std::vector<int>& prompt, const GenerateOptions& options,
+                       const std::function<void(int token)>& on_token);
+
+}  // namespace kvscope

@@ -1,0 +1,122 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A required positive integer field.
+int positive_int(const json& j, const char* key, const std::string& source) {
+  if (!j.contains(key)) throw file_error(source, std::string("missing field \"") + key + "\"");
+  const json& v = j[key];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (1 << 30))
+    throw file_error(source, std::string("field \"") + key + "\" must be a positive integer, got " + v.dump());
+  return v.get<int>();
+}
+
+// eos_token_id may be a number or a list of numbers.
+void add_eos_ids(const json& j, std::vector<int>& out, const std::string& source) {
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
+  const json& v = j["eos_token_id"];
+  auto add = [&](const json& id) {
+    if (!id.is_number_integer()) throw file_error(source, "eos_token_id must be an integer or a list of integers");
+    int x = id.get<int>();
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  };
+  if (v.is_array()) {
+    for (const json& id : v) add(id);
+  } else {
+    add(v);
+  }
+}
+
+// A field that must be absent, null or false: kvscope does not implement it.
+void require_off(const json& j, const char* key, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null() || j[key] == false) return;
+  throw file_error(source, std::string("\"") + key + "\" = " + j[key].dump() + " is not supported by kvscope");
+}
+
+}  // namespace
+
+static ModelConfig parse_config_object(const std::string& json_text, const std::string& source) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw file_error(source, "not valid JSON");
+  if (!j.is_object()) throw file_error(source, "expected a JSON object");
+
+  // Architecture: Qwen3ForCausalLM / model_type "qwen3" only.
+  std::string model_type = j.value("model_type", "");
+  bool qwen3_arch = false;
+  if (j.contains("architectures") && j["architectures"].is_array())
+    for (const json& a : j["architectures"]) qwen3_arch |= (a == "Qwen3ForCausalLM");
+  if (model_type != "qwen3" && !qwen3_arch) {
+    std::string what = model_type.empty() ? std::string("no model_type") : "model_type \"" + model_type + "\"";
+    throw file_error(source, "unsupported architecture (" + what + "); kvscope runs Qwen3 (model_type \"qwen3\") only");
+  }
+
+  ModelConfig c;
+  c.hidden_size = positive_int(j, "hidden_size", source);
+  c.intermediate_size = positive_int(j, "intermediate_size", source);
+  c.num_layers = positive_int(j, "num_hidden_layers", source);
+  c.num_heads = positive_int(j, "num_attention_heads", source);
+  c.num_kv_heads = j.contains("num_key_value_heads") ? positive_int(j, "num_key_value_heads", source) : c.num_heads;
+  // head_dim is explicit in Qwen3 (128 for 0.6B although 1024/16 = 64).
+  c.head_dim = j.contains("head_dim") ? positive_int(j, "head_dim", source) : c.hidden_size / c.num_heads;
+  c.vocab_size = positive_int(j, "vocab_size", source);
+  c.max_position_embeddings = j.contains("max_position_embeddings") ? positive_int(j, "max_position_embeddings", source) : 32768;
+  if (j.contains("rms_norm_eps")) c.rms_norm_eps = j["rms_norm_eps"].get<float>();
+  if (j.contains("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.torch_dtype = j.value("torch_dtype", "float32");
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"].get<int>();
+  add_eos_ids(j, c.eos_token_ids, source);
+
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw file_error(source, "num_attention_heads (" + std::to_string(c.num_heads) + ") is not a multiple of num_key_value_heads (" +
+                                 std::to_string(c.num_kv_heads) + ")");
+  if (c.head_dim % 2 != 0) throw file_error(source, "head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
+  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) throw file_error(source, "rms_norm_eps and rope_theta must be positive");
+  if (j.value("hidden_act", "silu") != "silu") throw file_error(source, "hidden_act must be \"silu\"");
+  require_off(j, "attention_bias", source);
+  require_off(j, "rope_scaling", source);
+  require_off(j, "use_sliding_window", source);
+  return c;
+}
+
+ModelConfig parse_config(const std::string& json_text, const std::string& source) {
+  try {
+    return parse_config_object(json_text, source);
+  } catch (const json::exception& e) {  // a field of the wrong type, e.g. "rope_theta": "big"
+    throw file_error(source, std::string("bad field: ") + e.what());
+  }
+}
+
+ModelConfig load_config_file(const std::string& path) { return parse_config(read_file(path), path); }
+
+ModelConfig load_config(const std::string& model_dir) {
+  ModelConfig c = load_config_file(model_dir + "/config.json");
+  std::string gen = model_dir + "/generation_config.json";
+  if (file_exists(gen)) {
+    json g = json::parse(read_file(gen), nullptr, false);
+    if (g.is_discarded() || !g.is_object()) throw file_error(gen, "not valid JSON");
+    add_eos_ids(g, c.eos_token_ids, gen);
+  }
+  return c;
+}
+
+int64_t ModelConfig::parameter_count() const {
+  int64_t h = hidden_size, per_layer = 0;
+  per_layer += h * q_dim() + 2 * h * kv_dim() + q_dim() * h;  // q, k, v, o
+  per_layer += 3 * h * intermediate_size;                      // gate, up, down
+  per_layer += 2 * h + 2 * head_dim;                           // two norms, q_norm, k_norm
+  int64_t embed = int64_t(vocab_size) * h;
+  return embed * (tie_word_embeddings ? 1 : 2) + num_layers * per_layer + h;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,126 @@
+#include "model/ops.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/bf16.h"
+#include "model/matvec.h"
+
+namespace kvscope {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMatrix>;
+using Map = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+
+void embed(float* out, const Matrix& table, const int* tokens, int T) {
+  const int d = table.cols;
+  for (int t = 0; t < T; ++t) {
+    const size_t row = size_t(tokens[t]) * d;
+    if (table.dtype == DType::F32) {
+      std::memcpy(out + size_t(t) * d, table.f32() + row, d * sizeof(float));
+    } else {
+      for (int i = 0; i < d; ++i) out[size_t(t) * d + i] = bf16_to_f32(table.bf16()[row + i]);
+    }
+  }
+}
+
+void rmsnorm(float* out, const float* x, const float* weight, int rows, int n, float eps) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + size_t(r) * n;
+    float* yr = out + size_t(r) * n;
+    double sum_sq = 0;  // the reduction runs in (at least) f32, as in Hugging Face
+    for (int i = 0; i < n; ++i) sum_sq += double(xr[i]) * xr[i];
+    const float inv_rms = 1.0f / std::sqrt(float(sum_sq / n) + eps);
+    for (int i = 0; i < n; ++i) yr[i] = weight[i] * (xr[i] * inv_rms);
+  }
+}
+
+void matmul(float* out, const float* x, const Matrix& W, int T) {
+  if (T == 1) {  // decode: read every weight once
+    if (W.dtype == DType::F32) matvec_f32(W.f32(), x, out, W.rows, W.cols);
+    else matvec_bf16(W.bf16(), x, out, W.rows, W.cols);
+    return;
+  }
+  ConstMap X(x, T, W.cols);
+  if (W.dtype == DType::F32) {  // prefill: Eigen's GEMM (multi-threaded through OpenMP)
+    Map(out, T, W.rows, Eigen::OuterStride<>(W.rows)).noalias() = X * ConstMap(W.f32(), W.rows, W.cols).transpose();
+    return;
+  }
+  // BF16 weights: widen a band of rows to f32, multiply, move on. The band keeps
+  // the scratch small (the lm_head alone would be 600 MB in f32).
+  constexpr int kBand = 256;
+  std::vector<float> band(size_t(kBand) * W.cols);
+  for (int r0 = 0; r0 < W.rows; r0 += kBand) {
+    const int rows = std::min(kBand, W.rows - r0);
+    const uint16_t* src = W.bf16() + size_t(r0) * W.cols;
+    for (size_t i = 0; i < size_t(rows) * W.cols; ++i) band[i] = bf16_to_f32(src[i]);
+    Map(out + r0, T, rows, Eigen::OuterStride<>(W.rows)).noalias() = X * ConstMap(band.data(), rows, W.cols).transpose();
+  }
+}
+
+void rope(float* x, int n_heads, int head_dim, int pos, double theta) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    // Computed in f32 like Hugging Face: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq.
+    const float inv_freq = 1.0f / std::pow(float(theta), float(2 * i) / float(head_dim));
+    const float angle = float(pos) * inv_freq;
+    const float c = std::cos(angle), s = std::sin(angle);
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + size_t(h) * head_dim;
+      const float a = v[i], b = v[i + half];  // rotate_half pairs i with i + d/2
+      v[i] = a * c - b * s;
+      v[i + half] = b * c + a * s;
+    }
+  }
+}
+
+void attention(float* out, const float* q, const float* K, const float* V, int T, int pos0, int n_heads,
+               int n_kv_heads, int head_dim) {
+  const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+  const int group = n_heads / n_kv_heads;
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+  // Threads only pay off when there is work for them: waking a team costs microseconds.
+  const double work = double(T) * n_heads * (pos0 + T) * head_dim;
+#pragma omp parallel if (work > 1e5)
+  {
+    std::vector<float> scores(size_t(pos0 + T));  // one row of attention, per thread
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < n_heads; ++h) {
+        const float* qh = q + size_t(t) * q_dim + size_t(h) * head_dim;
+        const size_t kv_off = size_t(h / group) * head_dim;  // GQA: the KV head this query head reads
+        const int n = pos0 + t + 1;                           // causal: keys 0 .. pos0+t
+        float max_score = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+          const float* kj = K + size_t(j) * kv_dim + kv_off;
+          float dot = 0;
+          for (int i = 0; i < head_dim; ++i) dot += qh[i] * kj[i];
+          scores[j] = dot * scale;
+          max_score = std::max(max_score, scores[j]);
+        }
+        float sum = 0;
+        for (int j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - max_score));
+        float* oh = out + size_t(t) * q_dim + size_t(h) * head_dim;
+        std::fill(oh, oh + head_dim, 0.0f);
+        for (int j = 0; j < n; ++j) {
+          const float p = scores[j] / sum;
+          const float* vj = V + size_t(j) * kv_dim + kv_off;
+          for (int i = 0; i < head_dim; ++i) oh[i] += p * vj[i];
+        }
+      }
+    }
+  }
+}
+
+void swiglu(float* out, const float* gate, const float* up, int n) {
+  for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add_inplace(float* x, const float* y, int n) {
+  for (int i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace kvscope

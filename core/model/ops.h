@@ -1,0 +1,44 @@
+// The operations of a Qwen3 decoder, one function each, on plain float arrays.
+//
+// Shapes are in the comments: T is the number of tokens processed together
+// (the prompt length in prefill, 1 in decode). Everything is f32 except the
+// weight matrices, which may be BF16 (widened on the fly).
+#pragma once
+
+#include "model/weights.h"
+
+namespace kvscope {
+
+// out[t, :] = table[tokens[t], :]                       out: [T, hidden]
+void embed(float* out, const Matrix& table, const int* tokens, int T);
+
+// out = x / sqrt(mean(x^2) + eps) * weight, for each of `rows` rows of length n.
+// out may alias x.                                        x, out: [rows, n]
+void rmsnorm(float* out, const float* x, const float* weight, int rows, int n, float eps);
+
+// out = x W^T: the Linear layer.                           x: [T, W.cols]  out: [T, W.rows]
+// T == 1 is the decode case: a memory-bound matrix-vector product (model/matvec.h);
+// T > 1 is a compute-bound GEMM done by Eigen.
+void matmul(float* out, const float* x, const Matrix& W, int T);
+
+// Rotary embedding, rotate-half form, in place on one token's heads.
+// Pairs dimension i with i + head_dim/2 and rotates it by pos * theta^(-2i/head_dim).
+//                                                          x: [n_heads, head_dim]
+void rope(float* x, int n_heads, int head_dim, int pos, double theta);
+
+// out = silu(gate) * up, elementwise; silu(g) = g / (1 + e^-g).   [n]
+void swiglu(float* out, const float* gate, const float* up, int n);
+
+// Causal multi-head attention with GQA for T new tokens at positions pos0 .. pos0+T-1.
+// Query head h reads KV head h / (n_heads / n_kv_heads); token t sees keys 0 .. pos0+t.
+//   q:    [T, n_heads * head_dim]       (after q_norm and RoPE)
+//   K, V: [pos0 + T, n_kv_heads * head_dim]  the cache, row p = position p (keys after RoPE)
+//   out:  [T, n_heads * head_dim]
+// softmax(q.k / sqrt(head_dim)) v, with the scores of one row held at a time.
+void attention(float* out, const float* q, const float* K, const float* V, int T, int pos0, int n_heads,
+               int n_kv_heads, int head_dim);
+
+// x += y, elementwise (the residual connection).                  [n]
+void add_inplace(float* x, const float* y, int n);
+
+}  // namespace kvscope

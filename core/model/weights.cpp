@@ -1,0 +1,199 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "model/bf16.h"
+#include "util/error.h"
+
+namespace kvscope {
+
+size_t Weights::matrix_bytes() const {
+  size_t total = embed.bytes();
+  for (const LayerWeights& l : layers)
+    for (const Matrix* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      total += m->bytes();
+  if (lm_head.data != embed.data) total += lm_head.bytes();
+  return total;
+}
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << '[';
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+// The tensors a Qwen3 checkpoint must hold, with the shapes its config implies.
+std::map<std::string, std::vector<int64_t>> expected_shapes(const ModelConfig& c, bool with_lm_head) {
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  std::map<std::string, std::vector<int64_t>> s;
+  s["model.embed_tokens.weight"] = {c.vocab_size, h};
+  s["model.norm.weight"] = {h};
+  if (with_lm_head) s["lm_head.weight"] = {c.vocab_size, h};
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    s[p + "input_layernorm.weight"] = {h};
+    s[p + "post_attention_layernorm.weight"] = {h};
+    s[p + "self_attn.q_proj.weight"] = {c.q_dim(), h};
+    s[p + "self_attn.k_proj.weight"] = {c.kv_dim(), h};
+    s[p + "self_attn.v_proj.weight"] = {c.kv_dim(), h};
+    s[p + "self_attn.o_proj.weight"] = {h, c.q_dim()};
+    s[p + "self_attn.q_norm.weight"] = {hd};
+    s[p + "self_attn.k_norm.weight"] = {hd};
+    s[p + "mlp.gate_proj.weight"] = {c.intermediate_size, h};
+    s[p + "mlp.up_proj.weight"] = {c.intermediate_size, h};
+    s[p + "mlp.down_proj.weight"] = {h, c.intermediate_size};
+  }
+  return s;
+}
+
+// Builds Weights from a name -> tensor lookup; `matrix` and `vector` turn a
+// tensor name into storage (views or converted copies).
+template <class MatrixFn, class VectorFn>
+void assemble(const ModelConfig& c, Weights& w, bool tied, MatrixFn matrix, VectorFn vector) {
+  w.embed = matrix("model.embed_tokens.weight");
+  w.final_norm = vector("model.norm.weight");
+  w.lm_head = tied ? w.embed : matrix("lm_head.weight");
+  w.layers.resize(c.num_layers);
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[i];
+    l.input_norm = vector(p + "input_layernorm.weight");
+    l.q_proj = matrix(p + "self_attn.q_proj.weight");
+    l.k_proj = matrix(p + "self_attn.k_proj.weight");
+    l.v_proj = matrix(p + "self_attn.v_proj.weight");
+    l.q_norm = vector(p + "self_attn.q_norm.weight");
+    l.k_norm = vector(p + "self_attn.k_norm.weight");
+    l.o_proj = matrix(p + "self_attn.o_proj.weight");
+    l.post_norm = vector(p + "post_attention_layernorm.weight");
+    l.gate_proj = matrix(p + "mlp.gate_proj.weight");
+    l.up_proj = matrix(p + "mlp.up_proj.weight");
+    l.down_proj = matrix(p + "mlp.down_proj.weight");
+  }
+}
+
+// Element i of a tensor, widened to f32.
+float element(const TensorView& t, int64_t i) {
+  uint16_t h;
+  switch (t.dtype) {
+    case DType::F32: { float f; std::memcpy(&f, t.data + 4 * i, 4); return f; }
+    case DType::BF16: std::memcpy(&h, t.data + 2 * i, 2); return bf16_to_f32(h);
+    case DType::F16: std::memcpy(&h, t.data + 2 * i, 2); return f16_to_f32(h);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Model load_model(const std::string& model_dir, WeightFormat format) {
+  Model m;
+  m.config = load_config(model_dir);
+  const ModelConfig& c = m.config;
+  Weights& w = m.weights;
+  w.checkpoint = std::make_shared<Checkpoint>(model_dir);
+  const auto& tensors = w.checkpoint->tensors();
+
+  // A tied checkpoint may still carry lm_head.weight; it is then ignored.
+  const bool has_head = tensors.count("lm_head.weight") > 0;
+  auto expected = expected_shapes(c, !c.tie_word_embeddings);
+  for (const auto& [name, shape] : expected) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) throw file_error(model_dir, "missing tensor \"" + name + "\"");
+    if (it->second.shape != shape)
+      throw file_error(it->second.file, "tensor \"" + name + "\" has shape " + shape_str(it->second.shape) +
+                                            " but config.json implies " + shape_str(shape));
+  }
+  for (const auto& [name, t] : tensors) {
+    if (expected.count(name)) continue;
+    if (name == "lm_head.weight" && c.tie_word_embeddings && has_head) {
+      if (t.shape != std::vector<int64_t>{c.vocab_size, c.hidden_size})
+        throw file_error(t.file, "tensor \"lm_head.weight\" has shape " + shape_str(t.shape) + " but config.json implies " +
+                                     shape_str({c.vocab_size, c.hidden_size}));
+      continue;
+    }
+    throw file_error(t.file, "unexpected tensor \"" + name + "\" (not part of a Qwen3 model with this config)");
+  }
+
+  auto matrix = [&](const std::string& name) {
+    const TensorView& t = tensors.at(name);
+    Matrix mat;
+    mat.rows = int(t.shape[0]);
+    mat.cols = int(t.shape[1]);
+    const bool aligned = reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) == 0;
+    const bool keep = aligned && ((t.dtype == DType::F32 && format != WeightFormat::BF16) ||
+                                  (t.dtype == DType::BF16 && format != WeightFormat::F32));
+    if (keep) {  // zero-copy view into the map
+      mat.dtype = t.dtype;
+      mat.data = t.data;
+    } else if (format == WeightFormat::BF16) {
+      auto& v = w.owned_bf16.emplace_back(size_t(t.numel()));
+      for (int64_t i = 0; i < t.numel(); ++i) v[i] = f32_to_bf16(element(t, i));
+      mat.dtype = DType::BF16;
+      mat.data = v.data();
+    } else {
+      auto& v = w.owned_f32.emplace_back(size_t(t.numel()));
+      for (int64_t i = 0; i < t.numel(); ++i) v[i] = element(t, i);
+      mat.dtype = DType::F32;
+      mat.data = v.data();
+    }
+    return mat;
+  };
+  auto vector = [&](const std::string& name) {
+    const TensorView& t = tensors.at(name);
+    auto& v = w.owned_f32.emplace_back(size_t(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = element(t, i);
+    return static_cast<const float*>(v.data());
+  };
+  assemble(c, w, c.tie_word_embeddings, matrix, vector);
+  return m;
+}
+
+Model random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
+  if (dtype == DType::F16) throw Error("random_model: matrices are held in F32 or BF16");
+  Model m;
+  m.config = config;
+  Weights& w = m.weights;
+  const auto shapes = expected_shapes(config, true);
+
+  // Uniform values from a splitmix64 stream: cheap enough for 600M weights.
+  uint64_t state = seed;
+  auto uniform = [&state]() {  // in [-1, 1)
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return float(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+  };
+
+  auto matrix = [&](const std::string& name) {
+    const auto& shape = shapes.at(name);
+    Matrix mat{dtype, int(shape[0]), int(shape[1]), nullptr};
+    const size_t n = size_t(mat.rows) * mat.cols;
+    const float scale = std::sqrt(3.0f / float(mat.cols));  // variance 1/cols keeps activations O(1)
+    if (dtype == DType::F32) {
+      auto& v = w.owned_f32.emplace_back(n);
+      for (float& x : v) x = scale * uniform();
+      mat.data = v.data();
+    } else {
+      auto& v = w.owned_bf16.emplace_back(n);
+      for (uint16_t& x : v) x = f32_to_bf16(scale * uniform());
+      mat.data = v.data();
+    }
+    return mat;
+  };
+  auto vector = [&](const std::string& name) {
+    auto& v = w.owned_f32.emplace_back(size_t(shapes.at(name)[0]));
+    for (float& x : v) x = 1.0f + 0.1f * uniform();
+    return static_cast<const float*>(v.data());
+  };
+  assemble(config, w, config.tie_word_embeddings, matrix, vector);
+  return m;
+}
+
+}  // namespace kvscope

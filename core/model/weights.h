@@ -1,0 +1,79 @@
+// Weights: every tensor of a Qwen3 checkpoint, checked against its config.
+//
+// Matrices stay where they are when possible: F32 and BF16 tensors are views
+// into the memory-mapped safetensors files (no copy). F16 is widened to F32 at
+// load, and WeightFormat can ask for everything in F32 or in BF16.
+// Norm weights (small vectors) are always held as F32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace kvscope {
+
+// A weight matrix [rows, cols], row-major: PyTorch's Linear layout [out, in].
+struct Matrix {
+  DType dtype = DType::F32;  // F32 or BF16 (never F16 after loading)
+  int rows = 0;
+  int cols = 0;
+  const void* data = nullptr;
+
+  const float* f32() const { return static_cast<const float*>(data); }
+  const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
+  size_t bytes() const { return size_t(rows) * cols * dtype_size(dtype); }
+};
+
+struct LayerWeights {
+  const float* input_norm = nullptr;  // [hidden]         input_layernorm
+  Matrix q_proj;                      // [q_dim, hidden]   q_dim = heads * head_dim
+  Matrix k_proj;                      // [kv_dim, hidden]  kv_dim = kv_heads * head_dim
+  Matrix v_proj;                      // [kv_dim, hidden]
+  const float* q_norm = nullptr;      // [head_dim]       RMSNorm of each query head, before RoPE
+  const float* k_norm = nullptr;      // [head_dim]       RMSNorm of each key head, before RoPE
+  Matrix o_proj;                      // [hidden, q_dim]
+  const float* post_norm = nullptr;   // [hidden]         post_attention_layernorm
+  Matrix gate_proj;                   // [intermediate, hidden]
+  Matrix up_proj;                     // [intermediate, hidden]
+  Matrix down_proj;                   // [hidden, intermediate]
+};
+
+struct Weights {
+  Matrix embed;                       // [vocab, hidden]  embed_tokens
+  std::vector<LayerWeights> layers;   // [num_layers]
+  const float* final_norm = nullptr;  // [hidden]         model.norm
+  Matrix lm_head;                     // [vocab, hidden]  the embedding itself when tied
+
+  size_t matrix_bytes() const;        // bytes of all matrices (lm_head once even if tied)
+
+  // Storage the views point into.
+  std::shared_ptr<Checkpoint> checkpoint;
+  std::vector<std::vector<float>> owned_f32;
+  std::vector<std::vector<uint16_t>> owned_bf16;
+};
+
+// How matrices are held in memory.
+enum class WeightFormat {
+  AsStored,  // F32 and BF16 as in the file (zero-copy), F16 widened to F32
+  F32,       // everything widened to F32 (exact, twice the bytes of BF16)
+  BF16,      // everything rounded to BF16
+};
+
+struct Model {
+  ModelConfig config;
+  Weights weights;
+};
+
+// Loads DIR/config.json and the safetensors of DIR, validating every tensor:
+// no missing, unexpected or mis-shaped tensors. Errors name the file and the tensor.
+Model load_model(const std::string& model_dir, WeightFormat format = WeightFormat::AsStored);
+
+// A model with random weights (seeded), for benchmarks of real-size shapes
+// without the real checkpoint. Matrices held in `dtype` (F32 or BF16).
+Model random_model(const ModelConfig& config, DType dtype, uint64_t seed);
+
+}  // namespace kvscope

