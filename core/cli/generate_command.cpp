@@ -9,13 +9,14 @@
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvscope::cli {
 
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir;
+  std::string model_dir = std::string(KVSCOPE_ASSETS_DIR) + "/model";  // the bundled model
   std::string prompt;
   int n = 64;
   bool chat = false;
@@ -36,6 +37,8 @@ WeightFormat parse_weight_format(const std::string& s) {
 
 void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
+  if (a.model_dir == std::string(KVSCOPE_ASSETS_DIR) + "/model" && !file_exists(a.model_dir + "/config.json"))
+    throw Error(a.model_dir + ": no bundled model there yet; pass --model DIR (e.g. tests/models/tiny-tied)");
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
 
@@ -73,7 +76,7 @@ void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt with a Qwen3 model");
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
-      ->required();
+      ->capture_default_str();
   cmd->add_option("--prompt", args->prompt, "The prompt text")->required();
   cmd->add_option("-n,--tokens", args->n, "Number of new tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt in the ChatML template as a user message");

@@ -1,0 +1,113 @@
+// Tokenizer: Qwen3's byte-level BPE, read from a Hugging Face tokenizer.json.
+//
+// encode(text) runs the same steps as the Hugging Face `tokenizers` library:
+//   1. added tokens (<|im_start|>, <|endoftext|>, ...) are cut out of the raw text
+//      first, leftmost-longest match, and become their ids directly;
+//   2. every other piece is normalised (NFC for Qwen);
+//   3. split into "words" by the pre-tokenizer regex (Qwen's, run by PCRE2);
+//   4. each word's UTF-8 bytes become GPT-2 "byte-level" symbols, one per byte;
+//   5. BPE: repeatedly merge the adjacent pair with the lowest merge rank.
+// decode(ids) concatenates each token's raw bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kvscope {
+
+class Tokenizer {
+ public:
+  // Reads a tokenizer.json, or DIR/tokenizer.json when given a directory.
+  // kvscope::Error naming the file for malformed JSON, missing fields, a model
+  // other than BPE, merges naming unknown tokens, duplicate ids, unsupported steps.
+  static Tokenizer load(const std::string& tokenizer_json_path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Text -> token ids. Added/special tokens written in the text are matched.
+  // kvscope::Error("prompt is not valid UTF-8 (byte offset N)") on bad input.
+  std::vector<int> encode(std::string_view text) const;
+
+  // Token ids -> the concatenation of their raw bytes. The result is exactly what
+  // was encoded (after NFC) but may be invalid UTF-8 when the ids end or start
+  // inside a character; StreamDecoder gives only complete characters.
+  // kvscope::Error for an id that has no token.
+  std::string decode(const std::vector<int>& ids) const;
+
+  // The raw bytes of one token; an added token is its text, e.g. "<|im_end|>".
+  std::string token_bytes(int id) const;
+
+  // One more than the largest id (added tokens included): 151669 for Qwen3.
+  int vocab_size() const { return static_cast<int>(id_bytes_.size()); }
+
+  // The id of a token given as text: an added token ("<|im_end|>") or a
+  // vocabulary entry written in its raw bytes (" the"); nullopt if none.
+  std::optional<int> token_id(std::string_view token) const;
+
+  // True for added tokens marked "special" in tokenizer.json (<|im_end|>, ...).
+  bool is_special(int id) const;
+
+  // The path it was loaded from, for messages.
+  const std::string& path() const { return path_; }
+
+ private:
+  Tokenizer();
+  struct Regex;  // a compiled PCRE2 pattern (kept out of this header)
+  struct Cache;  // word -> ids, behind a mutex
+
+  // Ids of `text` that holds no added token: normalise, split, BPE each word.
+  void encode_ordinary(std::string_view text, std::vector<int>& out) const;
+  // BPE of one pre-tokenized word (raw UTF-8 bytes), through the cache.
+  void encode_word(std::string_view word, std::vector<int>& out) const;
+  std::vector<int> bpe(std::string_view word) const;
+  // The longest added token that starts at text[pos]; -1 if none.
+  int match_added(std::string_view text, size_t pos) const;
+
+  std::string path_;
+  std::vector<int> normal_forms_;                   // utf8proc options of each normaliser, in order
+  std::unique_ptr<Regex> split_;                    // pre-tokenizer pattern; null = no split
+  std::unordered_map<std::string, int> bytes_to_id_;  // raw bytes -> id (vocab)
+  std::vector<std::string> id_bytes_;               // id -> raw bytes ("" = no token)
+  std::vector<char> id_present_;                    // id -> has a token
+  std::vector<char> id_special_;                    // id -> special added token
+  std::array<int, 256> byte_id_{};                  // byte -> id of its 1-byte token, -1 if none
+  // Merge rank and result for a pair of ids, keyed by (left << 32 | right).
+  struct Merge {
+    int rank;
+    int id;
+  };
+  std::unordered_map<uint64_t, Merge> merges_;
+  // Added tokens, grouped by first byte, longest first, for leftmost-longest matching.
+  std::array<std::vector<int>, 256> added_by_first_byte_;
+  std::unique_ptr<Cache> cache_;
+};
+
+// Turns ids into text one at a time, as they are generated, returning only whole
+// UTF-8 characters: the bytes of a character split across tokens are held back
+// until its last byte arrives. Bytes that can never form a character come out as
+// U+FFFD, so everything returned is valid UTF-8.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+
+  // Adds one token; returns the characters completed by it (maybe "").
+  std::string push(int id);
+  // At the end: whatever is still held back (an unfinished character -> U+FFFD).
+  std::string flush();
+
+ private:
+  std::string take(bool at_end);
+
+  const Tokenizer* tokenizer_;
+  std::string pending_;  // bytes not yet returned
+};
+
+}  // namespace kvscope

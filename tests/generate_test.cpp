@@ -1,0 +1,121 @@
+// Sampling and the generation loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/generate.h"
+#include "sample/sampler.h"
+#include "test_paths.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+namespace {
+
+std::vector<int> run(const Model& m, const std::vector<int>& prompt, GenerateOptions o, GenerateStats* stats = nullptr) {
+  std::vector<int> out;
+  GenerateStats s = generate(m, prompt, o, [&](int t) { out.push_back(t); });
+  if (stats) *stats = s;
+  return out;
+}
+
+TEST(Generate, GreedyReproducesThePyTorchContinuation) {
+  // The fixture's decode_ids are PyTorch's own greedy tokens after the prompt.
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/tiny-untied.json")));
+  for (const auto& c : fixture["cases"]) {
+    GenerateOptions o;
+    o.max_new_tokens = int(c["decode_ids"].size());
+    o.sampler.temperature = 0;
+    EXPECT_EQ(run(m, c["prompt_ids"].get<std::vector<int>>(), o), c["decode_ids"].get<std::vector<int>>());
+  }
+}
+
+TEST(Generate, SameSeedSameText_OtherSeedOtherText) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  GenerateOptions o;
+  o.max_new_tokens = 24;
+  o.sampler = {1.0f, 0, 1.0f, 7};
+  const std::vector<int> prompt = {10, 20, 30};
+  const auto a = run(m, prompt, o), b = run(m, prompt, o);
+  EXPECT_EQ(a, b);
+  o.sampler.seed = 8;
+  EXPECT_NE(run(m, prompt, o), a);
+}
+
+TEST(Generate, StopsAtAStopIdAndCountsIt) {
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  GenerateOptions o;
+  o.max_new_tokens = 32;
+  o.sampler.temperature = 0;
+  const std::vector<int> prompt = {1, 2, 3, 4};
+  const auto all = run(m, prompt, o);
+  o.stop_ids = {all[3]};
+  GenerateStats stats;
+  const auto stopped = run(m, prompt, o, &stats);
+  const size_t first = std::find(all.begin(), all.end(), all[3]) - all.begin();
+  EXPECT_EQ(stopped, std::vector<int>(all.begin(), all.begin() + first + 1));
+  EXPECT_TRUE(stats.stopped);
+  EXPECT_EQ(stats.new_tokens, int(first) + 1);
+  EXPECT_EQ(stats.prompt_tokens, 4);
+}
+
+TEST(Generate, VocabLimitIsRespected) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  GenerateOptions o;
+  o.max_new_tokens = 40;
+  o.sampler = {2.0f, 0, 1.0f, 3};
+  o.vocab_limit = 50;
+  for (int t : run(m, {5, 6}, o)) EXPECT_LT(t, 50);
+}
+
+TEST(Generate, RefusesMoreTokensThanTheModelHasPositions) {
+  Model m = load_model(test::tiny_model("tiny-tied"));  // max_position_embeddings 512
+  GenerateOptions o;
+  o.max_new_tokens = 600;
+  EXPECT_THROW(run(m, {1}, o), Error);
+  EXPECT_THROW(run(m, {}, GenerateOptions{}), Error);
+}
+
+TEST(Sampler, GreedyTopK1AndTinyTopPAllPickTheArgmax) {
+  const std::vector<float> logits = {0.1f, 2.5f, -1.0f, 2.4f, 0.0f};
+  EXPECT_EQ(Sampler({0.0f, 0, 1.0f, 1}).sample(logits.data(), 5), 1);
+  Sampler k1({1.0f, 1, 1.0f, 1}), p0({1.0f, 0, 1e-6f, 2});
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(k1.sample(logits.data(), 5), 1);
+    EXPECT_EQ(p0.sample(logits.data(), 5), 1);
+  }
+}
+
+TEST(Sampler, DrawsFollowTheSoftmax) {
+  const std::vector<float> logits = {0.0f, 1.0f, 2.0f};  // softmax: 0.090, 0.245, 0.665
+  Sampler s({1.0f, 0, 1.0f, 123});
+  std::map<int, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ++counts[s.sample(logits.data(), 3)];
+  const double z = std::exp(0.0) + std::exp(1.0) + std::exp(2.0);
+  for (int id = 0; id < 3; ++id) EXPECT_NEAR(counts[id] / double(n), std::exp(double(id)) / z, 0.01) << id;
+}
+
+TEST(Sampler, TopKAndTopPCutTheTail) {
+  const std::vector<float> logits = {3.0f, 2.9f, 0.0f, -1.0f};
+  Sampler k2({1.0f, 2, 1.0f, 5});
+  // top_p = 0.9: the first two hold ~0.93 of the mass, so the rest never appear.
+  Sampler p({1.0f, 0, 0.9f, 6});
+  for (int i = 0; i < 500; ++i) {
+    EXPECT_LT(k2.sample(logits.data(), 4), 2);
+    EXPECT_LT(p.sample(logits.data(), 4), 2);
+  }
+}
+
+TEST(Sampler, RejectsBadSettings) {
+  EXPECT_THROW(Sampler({-1.0f, 0, 1.0f, 0}), Error);
+  EXPECT_THROW(Sampler({1.0f, -3, 1.0f, 0}), Error);
+  EXPECT_THROW(Sampler({1.0f, 0, 0.0f, 0}), Error);
+  EXPECT_THROW(Sampler({1.0f, 0, 1.5f, 0}), Error);
+}
+
+}  // namespace
+}  // namespace kvscope

