@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/qwen3.h"
+#include "sample/sampler.h"
 #include "model/weights.h"
 #include "test_paths.h"
 #include "util/error.h"
@@ -27,7 +28,19 @@ float max_abs_diff(const float* got, const nlohmann::json& want) {
   return worst;
 }
 
-void check_against_fixture(const std::string& name, WeightFormat format) {
+// A paged cache with room for n tokens, and its storage.
+struct Paged {
+  PagedKvCache cache;
+  KvStorage kv;
+  int seq;
+  Paged(const ModelConfig& c, int n, int block_size = 16)
+      : cache((n + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly),
+        kv(c, cache.num_blocks(), block_size),
+        seq(cache.add_sequence()) {}
+};
+
+void check_against_fixture(const std::string& name, WeightFormat format, AttentionPath path = AttentionPath::Flash,
+                           int block_size = 16) {
   Model model = load_model(test::tiny_model(name), format);
   auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/" + name + ".json")));
   ASSERT_FALSE(fixture["cases"].empty());
@@ -40,17 +53,21 @@ void check_against_fixture(const std::string& name, WeightFormat format) {
     ASSERT_EQ(c["decode_logits"].size(), fed.size());
     ASSERT_EQ(fed.size(), 32u);
 
-    KvCache cache(model.config, int(prompt.size() + fed.size()));
+    Paged p(model.config, int(prompt.size() + fed.size()), block_size);
     RunState state;
-    const float* logits = forward(model, cache, state, prompt.data(), int(prompt.size()), 0, /*all_logits=*/true);
+    ForwardOptions all;
+    all.all_logits = true;
+    all.attention = path;
+    ForwardOptions one;
+    one.attention = path;
+    const float* logits = forward(model, p.cache, p.kv, p.seq, state, prompt.data(), int(prompt.size()), all);
     for (size_t t = 0; t < prompt.size(); ++t) {
       ASSERT_EQ(c["prefill_logits"][t].size(), size_t(vocab));
       EXPECT_LE(max_abs_diff(logits + t * vocab, c["prefill_logits"][t]), kTolerance)
           << name << ": prefill position " << t << " of a " << prompt.size() << "-token prompt";
     }
-    int pos = int(prompt.size());
     for (size_t step = 0; step < fed.size(); ++step) {
-      logits = forward(model, cache, state, &fed[step], 1, pos++);
+      logits = forward(model, p.cache, p.kv, p.seq, state, &fed[step], 1, one);
       EXPECT_LE(max_abs_diff(logits, c["decode_logits"][step]), kTolerance) << name << ": decode step " << step;
     }
   }
@@ -62,6 +79,9 @@ TEST(ModelVsPyTorch, TiedWithLmHeadInFile) { check_against_fixture("tiny-tied-wi
 TEST(ModelVsPyTorch, Bf16ShardedKeptInBf16) { check_against_fixture("tiny-bf16-sharded", WeightFormat::AsStored); }
 TEST(ModelVsPyTorch, Bf16ShardedWidenedToF32) { check_against_fixture("tiny-bf16-sharded", WeightFormat::F32); }
 TEST(ModelVsPyTorch, F16) { check_against_fixture("tiny-f16", WeightFormat::AsStored); }
+TEST(ModelVsPyTorch, EagerAttention) { check_against_fixture("tiny-untied", WeightFormat::AsStored, AttentionPath::Eager); }
+TEST(ModelVsPyTorch, BlockSize1) { check_against_fixture("tiny-untied", WeightFormat::AsStored, AttentionPath::Flash, 1); }
+TEST(ModelVsPyTorch, BlockSize256) { check_against_fixture("tiny-tied", WeightFormat::AsStored, AttentionPath::Eager, 256); }
 
 TEST(Model, HeadDimIsReadFromConfigNotDerived) {
   Model m = load_model(test::tiny_model("tiny-tied"));
@@ -84,28 +104,99 @@ TEST(Model, F32AndBf16ViewsAreZeroCopy) {
   EXPECT_EQ(f.weights.layers[0].q_proj.dtype, DType::F32);
 }
 
-TEST(Model, PrefillEqualsTokenByTokenDecode) {
+// Logits of a prompt and 20 decode steps, through a paged cache of the given block size.
+std::vector<float> run_paged(const Model& m, int block_size, AttentionPath path) {
+  const std::vector<int> prompt = {5, 77, 300, 12, 9, 150, 42, 8, 8, 200, 31};
+  Paged p(m.config, int(prompt.size()) + 20, block_size);
+  RunState s;
+  ForwardOptions o;
+  o.attention = path;
+  const int vocab = m.config.vocab_size;
+  std::vector<float> out;
+  const float* logits = forward(m, p.cache, p.kv, p.seq, s, prompt.data(), int(prompt.size()), o);
+  for (int i = 0; i < 20; ++i) {
+    out.insert(out.end(), logits, logits + vocab);
+    int next = argmax(logits, vocab);
+    logits = forward(m, p.cache, p.kv, p.seq, s, &next, 1, o);
+  }
+  return out;
+}
+
+TEST(PagedModel, BlockSizeDoesNotChangeALogitBit) {
+  // Attention tiles are cut from the live keys in order, not from blocks: the
+  // arithmetic is the same whatever the block size (1 = every token its own block;
+  // 256 = one block, i.e. a contiguous cache).
   Model m = load_model(test::tiny_model("tiny-untied"));
-  const std::vector<int> tokens = {5, 77, 300, 12, 9, 150, 42, 8};
-  const int n = int(tokens.size()), vocab = m.config.vocab_size;
-  KvCache batched(m.config, n), stepwise(m.config, n);
-  RunState s1, s2;
-  std::vector<float> all(forward(m, batched, s1, tokens.data(), n, 0, true),
-                         forward(m, batched, s1, tokens.data(), n, 0, true) + size_t(n) * vocab);
-  for (int t = 0; t < n; ++t) {
-    const float* one = forward(m, stepwise, s2, &tokens[t], 1, t);
-    for (int i = 0; i < vocab; ++i) ASSERT_NEAR(one[i], all[size_t(t) * vocab + i], 1e-4) << "token " << t;
+  for (AttentionPath path : {AttentionPath::Flash, AttentionPath::Eager}) {
+    const auto reference = run_paged(m, 256, path);
+    for (int bs : {1, 3, 16, 64}) EXPECT_EQ(run_paged(m, bs, path), reference) << "block size " << bs;
   }
 }
 
-TEST(Model, ForwardRejectsBadTokensAndFullCache) {
+TEST(PagedModel, FlashAndEagerAgree) {
   Model m = load_model(test::tiny_model("tiny-tied"));
-  KvCache cache(m.config, 4);
+  const auto flash = run_paged(m, 16, AttentionPath::Flash), eager = run_paged(m, 16, AttentionPath::Eager);
+  ASSERT_EQ(flash.size(), eager.size());
+  float worst = 0;
+  for (size_t i = 0; i < flash.size(); ++i) worst = std::max(worst, std::abs(flash[i] - eager[i]));
+  EXPECT_LE(worst, 1e-5f);
+}
+
+TEST(PagedModel, PrefillEqualsTokenByTokenDecode) {
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  const std::vector<int> tokens = {5, 77, 300, 12, 9, 150, 42, 8};
+  const int n = int(tokens.size()), vocab = m.config.vocab_size;
+  Paged batched(m.config, n), stepwise(m.config, n);
+  RunState s1, s2;
+  ForwardOptions all;
+  all.all_logits = true;
+  const float* l = forward(m, batched.cache, batched.kv, batched.seq, s1, tokens.data(), n, all);
+  std::vector<float> prefill(l, l + size_t(n) * vocab);
+  for (int t = 0; t < n; ++t) {
+    const float* one = forward(m, stepwise.cache, stepwise.kv, stepwise.seq, s2, &tokens[t], 1);
+    for (int i = 0; i < vocab; ++i) ASSERT_NEAR(one[i], prefill[size_t(t) * vocab + i], 1e-4) << "token " << t;
+  }
+}
+
+TEST(PagedModel, RefusesBadTokensAndAFullPoolWithoutChangingAnything) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Paged p(m.config, 4, 2);  // 2 blocks of 2 slots
   RunState s;
   int bad = m.config.vocab_size;
-  EXPECT_THROW(forward(m, cache, s, &bad, 1, 0), Error);
+  EXPECT_THROW(forward(m, p.cache, p.kv, p.seq, s, &bad, 1), Error);
   std::vector<int> five(5, 1);
-  EXPECT_THROW(forward(m, cache, s, five.data(), 5, 0), Error);
+  try {
+    forward(m, p.cache, p.kv, p.seq, s, five.data(), 5);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block pool exhausted"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(p.cache.sequence(p.seq).live, 0);
+  EXPECT_EQ(p.cache.pool().num_free(), 2);
+  EXPECT_NO_THROW(forward(m, p.cache, p.kv, p.seq, s, five.data(), 4));
+}
+
+TEST(PagedModel, TwoSequencesShareOnePoolWithoutInterfering) {
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  const std::vector<int> a = {1, 2, 3, 4, 5, 6, 7}, b = {100, 90, 80};
+  PagedKvCache cache(4, 4, MemoryStrategy::HolesOnly);
+  KvStorage kv(m.config, 4, 4);
+  const int sa = cache.add_sequence(), sb = cache.add_sequence();
+  RunState s;
+  const int vocab = m.config.vocab_size;
+  // Interleave: a's prompt, b's prompt, then a decode step on each.
+  forward(m, cache, kv, sa, s, a.data(), 7);
+  forward(m, cache, kv, sb, s, b.data(), 3);
+  int t = 9;
+  forward(m, cache, kv, sa, s, &t, 1);
+  const float* la = forward(m, cache, kv, sb, s, &t, 1);
+  std::vector<float> got_b(la, la + vocab);
+
+  Paged alone(m.config, 8);
+  forward(m, alone.cache, alone.kv, alone.seq, s, b.data(), 3);
+  const float* lb = forward(m, alone.cache, alone.kv, alone.seq, s, &t, 1);
+  EXPECT_EQ(got_b, std::vector<float>(lb, lb + vocab));
+  EXPECT_NE(cache.sequence(sa).blocks, cache.sequence(sb).blocks);
 }
 
 }  // namespace

@@ -97,21 +97,24 @@ void run_bench(const BenchArgs& a) {
                    a.prompt_tokens, a.decode_tokens);
       Row r{wf, a.threads[ti], 0, 0, 0, 0, 0};
       {
-        KvCache cache(config, a.prompt_tokens);
+        PagedKvCache cache((a.prompt_tokens + 15) / 16, 16, MemoryStrategy::HolesOnly);
+        KvStorage kv(config, cache.num_blocks(), 16);
         RunState s;
         double t0 = now_seconds();
-        forward(model, cache, s, prompt.data(), a.prompt_tokens, 0);
+        forward(model, cache, kv, cache.add_sequence(), s, prompt.data(), a.prompt_tokens);
         r.prefill_tps = a.prompt_tokens / (now_seconds() - t0);
       }
       {
-        KvCache cache(config, decode_context + a.decode_tokens + 1);
+        PagedKvCache cache((decode_context + a.decode_tokens + 15) / 16, 16, MemoryStrategy::HolesOnly);
+        KvStorage kv(config, cache.num_blocks(), 16);
+        const int seq = cache.add_sequence();
         RunState s;
-        const float* logits = forward(model, cache, s, prompt.data(), decode_context, 0);
+        const float* logits = forward(model, cache, kv, seq, s, prompt.data(), decode_context);
         int token = 0;
         double t0 = now_seconds();
         for (int i = 0; i < a.decode_tokens; ++i) {
           token = int((token + 1 + (logits[i % config.vocab_size] > 0)) % config.vocab_size);
-          logits = forward(model, cache, s, &token, 1, decode_context + i);
+          logits = forward(model, cache, kv, seq, s, &token, 1);
         }
         r.decode_tps = a.decode_tokens / (now_seconds() - t0);
       }

@@ -25,18 +25,21 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
                 " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   const int vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;
 
-  KvCache cache(c, total);
+  // A paged cache just big enough for the whole sequence (no eviction here).
+  const int block_size = 16;
+  PagedKvCache cache((total + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly);
+  KvStorage kv(c, cache.num_blocks(), block_size);
+  const int seq = cache.add_sequence();
   RunState state;
   Sampler sampler(options.sampler);
   GenerateStats stats;
   stats.prompt_tokens = int(prompt.size());
 
   auto t0 = std::chrono::steady_clock::now();
-  const float* logits = forward(model, cache, state, prompt.data(), int(prompt.size()), 0);
+  const float* logits = forward(model, cache, kv, seq, state, prompt.data(), int(prompt.size()));
   stats.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  int pos = int(prompt.size());
   for (int i = 0; i < options.max_new_tokens; ++i) {
     const int token = sampler.sample(logits, vocab);
     ++stats.new_tokens;
@@ -46,7 +49,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
       break;
     }
     if (i + 1 == options.max_new_tokens) break;  // no need to run the token we will not sample after
-    logits = forward(model, cache, state, &token, 1, pos++);
+    logits = forward(model, cache, kv, seq, state, &token, 1);
     ++stats.decode_steps;
   }
   stats.decode_seconds = seconds_since(t0);

@@ -77,44 +77,6 @@ void rope(float* x, int n_heads, int head_dim, int pos, double theta) {
   }
 }
 
-void attention(float* out, const float* q, const float* K, const float* V, int T, int pos0, int n_heads,
-               int n_kv_heads, int head_dim) {
-  const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
-  const int group = n_heads / n_kv_heads;
-  const float scale = 1.0f / std::sqrt(float(head_dim));
-  // Threads only pay off when there is work for them: waking a team costs microseconds.
-  const double work = double(T) * n_heads * (pos0 + T) * head_dim;
-#pragma omp parallel if (work > 1e5)
-  {
-    std::vector<float> scores(size_t(pos0 + T));  // one row of attention, per thread
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int t = 0; t < T; ++t) {
-      for (int h = 0; h < n_heads; ++h) {
-        const float* qh = q + size_t(t) * q_dim + size_t(h) * head_dim;
-        const size_t kv_off = size_t(h / group) * head_dim;  // GQA: the KV head this query head reads
-        const int n = pos0 + t + 1;                           // causal: keys 0 .. pos0+t
-        float max_score = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          const float* kj = K + size_t(j) * kv_dim + kv_off;
-          float dot = 0;
-          for (int i = 0; i < head_dim; ++i) dot += qh[i] * kj[i];
-          scores[j] = dot * scale;
-          max_score = std::max(max_score, scores[j]);
-        }
-        float sum = 0;
-        for (int j = 0; j < n; ++j) sum += (scores[j] = std::exp(scores[j] - max_score));
-        float* oh = out + size_t(t) * q_dim + size_t(h) * head_dim;
-        std::fill(oh, oh + head_dim, 0.0f);
-        for (int j = 0; j < n; ++j) {
-          const float p = scores[j] / sum;
-          const float* vj = V + size_t(j) * kv_dim + kv_off;
-          for (int i = 0; i < head_dim; ++i) oh[i] += p * vj[i];
-        }
-      }
-    }
-  }
-}
-
 void swiglu(float* out, const float* gate, const float* up, int n) {
   for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

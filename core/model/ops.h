@@ -29,15 +29,6 @@ void rope(float* x, int n_heads, int head_dim, int pos, double theta);
 // out = silu(gate) * up, elementwise; silu(g) = g / (1 + e^-g).   [n]
 void swiglu(float* out, const float* gate, const float* up, int n);
 
-// Causal multi-head attention with GQA for T new tokens at positions pos0 .. pos0+T-1.
-// Query head h reads KV head h / (n_heads / n_kv_heads); token t sees keys 0 .. pos0+t.
-//   q:    [T, n_heads * head_dim]       (after q_norm and RoPE)
-//   K, V: [pos0 + T, n_kv_heads * head_dim]  the cache, row p = position p (keys after RoPE)
-//   out:  [T, n_heads * head_dim]
-// softmax(q.k / sqrt(head_dim)) v, with the scores of one row held at a time.
-void attention(float* out, const float* q, const float* K, const float* V, int T, int pos0, int n_heads,
-               int n_kv_heads, int head_dim);
-
 // x += y, elementwise (the residual connection).                  [n]
 void add_inplace(float* x, const float* y, int n);
 

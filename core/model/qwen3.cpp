@@ -8,10 +8,6 @@
 
 namespace kvscope {
 
-KvCache::KvCache(const ModelConfig& c, int max_tokens_)
-    : num_layers(c.num_layers), max_tokens(max_tokens_), kv_dim(c.kv_dim()),
-      k(size_t(num_layers) * max_tokens * kv_dim), v(size_t(num_layers) * max_tokens * kv_dim) {}
-
 void RunState::reserve(const ModelConfig& c, int T) {
   if (T <= capacity) return;
   capacity = T;
@@ -27,10 +23,24 @@ void RunState::reserve(const ModelConfig& c, int T) {
   logits.resize(t * c.vocab_size);
 }
 
+// Everything a layer needs to know about this call.
+struct Step {
+  const ModelConfig& c;
+  RunState& s;
+  int T;
+  const std::vector<SlotRef>& slots;  // [T] where each new token's K/V goes
+  const std::vector<int64_t>& pos;    // [T] each new token's position
+  const ForwardOptions& options;
+  KvStorage& kv;
+  const LiveSlots& keys;              // what attention reads, after the new tokens are written
+  int table_slots;
+};
+
 // One decoder layer on T tokens: attention block then MLP block, both pre-norm residual.
-static void layer_forward(const ModelConfig& c, const LayerWeights& w, int layer, KvCache& cache, RunState& s, int T,
-                          int pos) {
-  const int d = c.hidden_size, hd = c.head_dim;
+static void layer_forward(const Step& st, const LayerWeights& w, int layer) {
+  const ModelConfig& c = st.c;
+  RunState& s = st.s;
+  const int T = st.T, d = c.hidden_size, hd = c.head_dim;
 
   // Attention block.
   rmsnorm(s.h.data(), s.x.data(), w.input_norm, T, d, c.rms_norm_eps);
@@ -39,13 +49,24 @@ static void layer_forward(const ModelConfig& c, const LayerWeights& w, int layer
   matmul(s.v.data(), s.h.data(), w.v_proj, T);
   rmsnorm(s.q.data(), s.q.data(), w.q_norm, T * c.num_heads, hd, c.rms_norm_eps);  // per head, before RoPE
   rmsnorm(s.k.data(), s.k.data(), w.k_norm, T * c.num_kv_heads, hd, c.rms_norm_eps);
+  if (st.options.queries)
+    std::copy_n(s.q.data(), size_t(T) * c.q_dim(), st.options.queries->data() + size_t(layer) * T * c.q_dim());
   for (int t = 0; t < T; ++t) {
-    rope(s.q.data() + size_t(t) * c.q_dim(), c.num_heads, hd, pos + t, c.rope_theta);
-    rope(s.k.data() + size_t(t) * c.kv_dim(), c.num_kv_heads, hd, pos + t, c.rope_theta);
-    std::copy_n(s.k.data() + size_t(t) * c.kv_dim(), c.kv_dim(), cache.key(layer, pos + t));
-    std::copy_n(s.v.data() + size_t(t) * c.kv_dim(), c.kv_dim(), cache.value(layer, pos + t));
+    rope(s.q.data() + size_t(t) * c.q_dim(), c.num_heads, hd, int(st.pos[t]), c.rope_theta);
+    rope(s.k.data() + size_t(t) * c.kv_dim(), c.num_kv_heads, hd, int(st.pos[t]), c.rope_theta);
+    std::copy_n(s.k.data() + size_t(t) * c.kv_dim(), c.kv_dim(), st.kv.key(layer, st.slots[t]));
+    std::copy_n(s.v.data() + size_t(t) * c.kv_dim(), c.kv_dim(), st.kv.value(layer, st.slots[t]));
   }
-  attention(s.att.data(), s.q.data(), cache.key(layer, 0), cache.value(layer, 0), T, pos, c.num_heads, c.num_kv_heads, hd);
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, hd};
+  if (st.options.attention == AttentionPath::Flash) {
+    attention_flash(s.att.data(), s.q.data(), st.pos.data(), T, st.keys, st.kv, layer, shape);
+  } else {
+    float* sums = st.options.prob_sums
+                      ? st.options.prob_sums->data() + size_t(layer) * c.num_heads * st.table_slots
+                      : nullptr;
+    attention_eager(s.att.data(), s.q.data(), st.pos.data(), T, st.keys, st.kv, layer, shape, st.options.sum_from,
+                    sums, st.table_slots);
+  }
   matmul(s.h.data(), s.att.data(), w.o_proj, T);
   add_inplace(s.x.data(), s.h.data(), T * d);
 
@@ -58,27 +79,43 @@ static void layer_forward(const ModelConfig& c, const LayerWeights& w, int layer
   add_inplace(s.x.data(), s.h.data(), T * d);
 }
 
-const float* forward(const Model& model, KvCache& cache, RunState& s, const int* tokens, int T, int pos,
-                     bool all_logits) {
+const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int seq, RunState& s, const int* tokens,
+                     int T, const ForwardOptions& options) {
   const ModelConfig& c = model.config;
   const Weights& w = model.weights;
   if (T <= 0) throw Error("forward: no tokens");
-  if (pos < 0 || pos + T > cache.max_tokens)
-    throw Error("forward: positions " + std::to_string(pos) + ".." + std::to_string(pos + T - 1) +
-                " do not fit a cache of " + std::to_string(cache.max_tokens) + " tokens");
   for (int t = 0; t < T; ++t)
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
       throw Error("forward: token id " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
                   std::to_string(c.vocab_size) + ")");
+  if (cache.room(seq) < T)
+    throw Error("block pool exhausted: sequence " + std::to_string(seq) + " needs room for " + std::to_string(T) +
+                " more tokens, the pool has " + std::to_string(cache.room(seq)) + " (" +
+                std::to_string(cache.pool().num_free()) + " free blocks of " + std::to_string(cache.block_size()) + ")");
+  if (cache.sequence(seq).next_pos + T > c.max_position_embeddings)
+    throw Error("forward: position " + std::to_string(cache.sequence(seq).next_pos + T - 1) +
+                " is past the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   s.reserve(c, T);
 
+  // Place the new tokens first: each gets a slot and its position.
+  std::vector<SlotRef> slots(static_cast<size_t>(T));
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) {
+    pos[t] = cache.sequence(seq).next_pos;
+    slots[t] = cache.append(seq);
+  }
+  const LiveSlots keys = live_slots(cache, seq);
+  const int table_slots = int(cache.sequence(seq).blocks.size()) * cache.block_size();
+  if (options.prob_sums) options.prob_sums->assign(size_t(c.num_layers) * c.num_heads * table_slots, 0.0f);
+  if (options.queries) options.queries->resize(size_t(c.num_layers) * T * c.q_dim());
+
+  const Step step{c, s, T, slots, pos, options, kv, keys, table_slots};
   embed(s.x.data(), w.embed, tokens, T);
-  for (int l = 0; l < c.num_layers; ++l) layer_forward(c, w.layers[l], l, cache, s, T, pos);
+  for (int l = 0; l < c.num_layers; ++l) layer_forward(step, w.layers[l], l);
 
   // Final norm and lm_head, on every token or only the last one.
-  const int first = all_logits ? 0 : T - 1, n = T - first;
-  const float* x_out = s.x.data() + size_t(first) * c.hidden_size;
-  rmsnorm(s.h.data(), x_out, w.final_norm, n, c.hidden_size, c.rms_norm_eps);
+  const int first = options.all_logits ? 0 : T - 1, n = T - first;
+  rmsnorm(s.h.data(), s.x.data() + size_t(first) * c.hidden_size, w.final_norm, n, c.hidden_size, c.rms_norm_eps);
   matmul(s.logits.data(), s.h.data(), w.lm_head, n);
   return s.logits.data();
 }

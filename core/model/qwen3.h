@@ -5,7 +5,7 @@
 //
 //   h  = rmsnorm(x) ;  q, k, v = h Wq^T, h Wk^T, h Wv^T
 //   q, k = rmsnorm per head (q_norm, k_norm), then RoPE at each token's position
-//   K/V cache <- k, v ;  x += attention(q, K, V) Wo^T
+//   paged K/V cache <- k, v ;  x += attention(q, K, V) Wo^T   (K, V read through the block table)
 //   h  = rmsnorm(x) ;  x += (silu(h Wg^T) * (h Wu^T)) Wd^T
 //
 // then logits = rmsnorm(x) W_lm^T.
@@ -13,23 +13,12 @@
 
 #include <vector>
 
+#include "cache/kv_cache.h"
+#include "cache/kv_storage.h"
+#include "model/attention.h"
 #include "model/weights.h"
 
 namespace kvscope {
-
-// The simplest K/V cache: per layer, one contiguous array, row p holds position p.
-// Keys are stored after RoPE.
-struct KvCache {
-  int num_layers = 0;
-  int max_tokens = 0;
-  int kv_dim = 0;
-  std::vector<float> k;  // [num_layers, max_tokens, kv_dim]
-  std::vector<float> v;  // [num_layers, max_tokens, kv_dim]
-
-  KvCache(const ModelConfig& c, int max_tokens);
-  float* key(int layer, int pos) { return k.data() + (size_t(layer) * max_tokens + pos) * kv_dim; }
-  float* value(int layer, int pos) { return v.data() + (size_t(layer) * max_tokens + pos) * kv_dim; }
-};
 
 // Activations of one forward call, sized for T tokens at a time.
 struct RunState {
@@ -47,10 +36,22 @@ struct RunState {
   void reserve(const ModelConfig& c, int T);
 };
 
-// Runs tokens[0..T) at positions pos .. pos+T-1, appending their K/V to the cache.
-// Returns the logits: [T, vocab] if all_logits, else [1, vocab] for the last token.
-// Throws kvscope::Error if the cache is too small or a token id is out of range.
-const float* forward(const Model& model, KvCache& cache, RunState& s, const int* tokens, int T, int pos,
-                     bool all_logits = false);
+struct ForwardOptions {
+  bool all_logits = false;                      // logits for every token, or only the last
+  AttentionPath attention = AttentionPath::Flash;
+  // Eager attention only: prob_sums receives, per layer and query head, the
+  // probability each slot of the block table got from the queries t >= sum_from.
+  int sum_from = 0;
+  std::vector<float>* prob_sums = nullptr;      // [num_layers, n_heads, table blocks * block_size]
+  // The queries after q_norm and before RoPE (what TriAttention calibrates on).
+  std::vector<float>* queries = nullptr;        // [num_layers, T, q_dim]
+};
+
+// Runs tokens[0..T) of sequence `seq` at its next positions, appending their K/V
+// to the paged cache. Returns the logits: [T, vocab] with all_logits, else [1, vocab].
+// Throws kvscope::Error, changing nothing, if a token id is out of range or the
+// block pool has no room for T more tokens.
+const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int seq, RunState& s, const int* tokens,
+                     int T, const ForwardOptions& options = {});
 
 }  // namespace kvscope

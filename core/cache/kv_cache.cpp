@@ -1,0 +1,206 @@
+#include "cache/kv_cache.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "util/error.h"
+
+namespace kvscope {
+
+const char* event_name(EventKind kind) {
+  switch (kind) {
+    case EventKind::BlockAllocated: return "block_allocated";
+    case EventKind::BlockFreed: return "block_freed";
+    case EventKind::SlotWritten: return "slot_written";
+    case EventKind::SlotEvicted: return "slot_evicted";
+    case EventKind::SlotMoved: return "slot_moved";
+    case EventKind::RoundBegin: return "round_begin";
+    case EventKind::RoundEnd: return "round_end";
+  }
+  return "?";
+}
+
+const char* strategy_name(MemoryStrategy s) {
+  switch (s) {
+    case MemoryStrategy::HolesOnly: return "holes";
+    case MemoryStrategy::ReuseHoles: return "reuse";
+    case MemoryStrategy::Compact: return "compact";
+  }
+  return "?";
+}
+
+MemoryStrategy parse_strategy(const std::string& name) {
+  if (name == "holes") return MemoryStrategy::HolesOnly;
+  if (name == "reuse") return MemoryStrategy::ReuseHoles;
+  if (name == "compact") return MemoryStrategy::Compact;
+  throw Error("unknown memory strategy \"" + name + "\" (choose holes, reuse or compact)");
+}
+
+PagedKvCache::PagedKvCache(int num_blocks, int block_size, MemoryStrategy strategy, EventLog* log)
+    : pool_(num_blocks), block_size_(block_size), strategy_(strategy), log_(log) {
+  if (block_size < 1 || block_size > kMaxBlockSize)
+    throw Error("block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " + std::to_string(block_size));
+  slot_pos_.assign(size_t(num_blocks) * block_size, kEmpty);
+  owner_.assign(size_t(num_blocks), -1);
+}
+
+int PagedKvCache::add_sequence() {
+  Sequence s;
+  s.active = true;
+  seqs_.push_back(std::move(s));
+  return int(seqs_.size()) - 1;
+}
+
+Sequence& PagedKvCache::seq_ref(int seq) {
+  if (seq < 0 || seq >= int(seqs_.size()) || !seqs_[seq].active) throw Error("no sequence " + std::to_string(seq));
+  return seqs_[seq];
+}
+
+const Sequence& PagedKvCache::sequence(int seq) const { return const_cast<PagedKvCache*>(this)->seq_ref(seq); }
+
+void PagedKvCache::free_block(int seq, int block) {
+  for (int s = 0; s < block_size_; ++s) slot_pos_[index({block, s})] = kEmpty;
+  owner_[block] = -1;
+  pool_.free(block);
+  emit({EventKind::BlockFreed, seq, block});
+}
+
+void PagedKvCache::release_sequence(int seq) {
+  Sequence& s = seq_ref(seq);
+  for (int b : s.blocks) free_block(seq, b);
+  s = Sequence{};  // inactive; the id is not reused
+}
+
+int64_t PagedKvCache::room(int seq) const {
+  const Sequence& s = sequence(seq);
+  int64_t n = int64_t(pool_.num_free()) * block_size_;
+  if (!s.blocks.empty()) n += block_size_ - s.tail_used;
+  if (strategy_ == MemoryStrategy::ReuseHoles) n += int64_t(s.holes.size());
+  return n;
+}
+
+SlotRef PagedKvCache::append(int seq) {
+  Sequence& s = seq_ref(seq);
+  SlotRef at;
+  if (strategy_ == MemoryStrategy::ReuseHoles && !s.holes.empty()) {
+    at = s.holes.back();  // the first hole in logical order
+    s.holes.pop_back();
+  } else {
+    if (s.blocks.empty() || s.tail_used == block_size_) {
+      const int block = pool_.allocate();  // throws when exhausted, before any change
+      owner_[block] = seq;
+      s.blocks.push_back(block);
+      s.tail_used = 0;
+      emit({EventKind::BlockAllocated, seq, block});
+    }
+    at = {s.blocks.back(), s.tail_used++};
+  }
+  slot_pos_[index(at)] = s.next_pos;
+  emit({EventKind::SlotWritten, seq, at.block, at.slot, -1, -1, s.next_pos});
+  ++s.next_pos;
+  ++s.live;
+  return at;
+}
+
+void PagedKvCache::evict(int seq, const std::vector<int64_t>& positions) {
+  Sequence& s = seq_ref(seq);
+  std::unordered_set<int64_t> drop(positions.begin(), positions.end());
+  if (drop.size() != positions.size()) throw Error("evict: a position is listed twice");
+  if (drop.count(kEmpty)) throw Error("evict: positions are >= 0");
+
+  // Find every position first, so that a bad request changes nothing.
+  std::vector<SlotRef> slots;
+  for (int b : s.blocks)
+    for (int i = 0; i < block_size_; ++i)
+      if (drop.count(slot_pos_[index({b, i})])) slots.push_back({b, i});
+  if (slots.size() != drop.size()) throw Error("evict: a position is not live in sequence " + std::to_string(seq));
+
+  for (SlotRef at : slots) {
+    emit({EventKind::SlotEvicted, seq, at.block, at.slot, -1, -1, slot_pos_[index(at)]});
+    slot_pos_[index(at)] = kEmpty;
+  }
+  s.live -= int(slots.size());
+
+  // Blocks with no live slot go back to the pool, the tail block included.
+  std::vector<int> kept;
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    const int b = s.blocks[i];
+    bool any_live = false;
+    for (int j = 0; j < block_size_ && !any_live; ++j) any_live = slot_pos_[index({b, j})] != kEmpty;
+    if (any_live) {
+      kept.push_back(b);
+    } else {
+      if (i + 1 == s.blocks.size()) s.tail_used = block_size_;  // the tail is gone: next append takes a new block
+      free_block(seq, b);
+    }
+  }
+  s.blocks = std::move(kept);
+
+  // ReuseHoles: the holes to fill, first in logical order at the back of the stack.
+  s.holes.clear();
+  if (strategy_ == MemoryStrategy::ReuseHoles) {
+    for (size_t i = 0; i < s.blocks.size(); ++i) {
+      const int used = (i + 1 == s.blocks.size()) ? s.tail_used : block_size_;
+      for (int j = 0; j < used; ++j)
+        if (slot_pos_[index({s.blocks[i], j})] == kEmpty) s.holes.push_back({s.blocks[i], j});
+    }
+    std::reverse(s.holes.begin(), s.holes.end());
+  }
+}
+
+std::vector<Move> PagedKvCache::plan_compaction(int seq) const {
+  const Sequence& s = sequence(seq);
+  std::vector<Move> plan;
+  int dest = 0;  // logical index of the next survivor's new home
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    const int used = (i + 1 == s.blocks.size()) ? s.tail_used : block_size_;
+    for (int j = 0; j < used; ++j) {
+      const int64_t pos = slot_pos_[index({s.blocks[i], j})];
+      if (pos == kEmpty) continue;
+      const SlotRef to{s.blocks[size_t(dest) / block_size_], dest % block_size_};
+      if (to.block != s.blocks[i] || to.slot != j) plan.push_back({{s.blocks[i], j}, to, pos});
+      ++dest;
+    }
+  }
+  return plan;
+}
+
+void PagedKvCache::commit_compaction(int seq, const std::vector<Move>& plan) {
+  Sequence& s = seq_ref(seq);
+  for (const Move& m : plan) {
+    if (slot_pos_[index(m.from)] != m.pos) throw Error("compaction plan does not match the cache (stale plan?)");
+    slot_pos_[index(m.from)] = kEmpty;
+    slot_pos_[index(m.to)] = m.pos;
+    emit({EventKind::SlotMoved, seq, m.to.block, m.to.slot, m.from.block, m.from.slot, m.pos});
+  }
+  // Survivors now fill logical slots [0, live): free every block past them.
+  const size_t keep_blocks = (size_t(s.live) + block_size_ - 1) / block_size_;
+  while (s.blocks.size() > keep_blocks) {
+    free_block(seq, s.blocks.back());
+    s.blocks.pop_back();
+  }
+  s.tail_used = s.live == 0 ? block_size_ : (s.live - 1) % block_size_ + 1;
+  s.holes.clear();
+}
+
+void PagedKvCache::begin_round(int seq) { emit({EventKind::RoundBegin, seq, -1, -1, -1, -1, sequence(seq).live}); }
+void PagedKvCache::end_round(int seq) { emit({EventKind::RoundEnd, seq, -1, -1, -1, -1, sequence(seq).live}); }
+
+std::vector<int64_t> PagedKvCache::live_positions(int seq) const {
+  const Sequence& s = sequence(seq);
+  std::vector<int64_t> out;
+  out.reserve(size_t(s.live));
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    const int used = (i + 1 == s.blocks.size()) ? s.tail_used : block_size_;
+    for (int j = 0; j < used; ++j)
+      if (int64_t p = slot_pos_[index({s.blocks[i], j})]; p != kEmpty) out.push_back(p);
+  }
+  return out;
+}
+
+int PagedKvCache::slots_in_table(int seq) const {
+  const Sequence& s = sequence(seq);
+  return s.blocks.empty() ? 0 : int(s.blocks.size() - 1) * block_size_ + s.tail_used;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,38 @@
+#include "cache/kv_storage.h"
+
+#include <algorithm>
+#include <string>
+
+#include "util/error.h"
+
+namespace kvscope {
+
+KvStorage::KvStorage(const ModelConfig& c, int num_blocks_, int block_size_)
+    : num_layers(c.num_layers), num_blocks(num_blocks_), block_size(block_size_), kv_dim(c.kv_dim()),
+      k(size_t(num_layers) * num_blocks * block_size * kv_dim),
+      v(size_t(num_layers) * num_blocks * block_size * kv_dim) {}
+
+size_t KvStorage::apply(const std::vector<Move>& plan) {
+  for (int l = 0; l < num_layers; ++l)
+    for (const Move& m : plan) {
+      std::copy_n(key(l, m.from), kv_dim, key(l, m.to));
+      std::copy_n(value(l, m.from), kv_dim, value(l, m.to));
+    }
+  return plan.size() * size_t(num_layers) * 2 * kv_dim * sizeof(float);
+}
+
+size_t KvStorage::bytes_per_block(const ModelConfig& c, int block_size) {
+  return size_t(2) * c.num_layers * block_size * c.kv_dim() * sizeof(float);
+}
+
+int blocks_for_budget(const ModelConfig& c, int block_size, size_t bytes) {
+  const size_t per_block = KvStorage::bytes_per_block(c, block_size);
+  const size_t n = bytes / per_block;
+  if (n < 1)
+    throw Error("a KV memory budget of " + std::to_string(bytes) + " bytes is smaller than one block (" +
+                std::to_string(per_block) + " bytes for " + std::to_string(block_size) + " tokens)");
+  if (n > size_t(1) << 30) throw Error("KV memory budget too large");
+  return int(n);
+}
+
+}  // namespace kvscope

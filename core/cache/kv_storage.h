@@ -1,0 +1,47 @@
+// KvStorage: the K and V numbers of the paged cache, on the CPU.
+//
+// Laid out by block: for each layer, block and slot, one row of kv_dim floats
+// (kv_dim = kv_heads * head_dim). Keys are stored after RoPE, at the position
+// the slot records; moving a slot never re-rotates its key.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "model/config.h"
+
+namespace kvscope {
+
+struct KvStorage {
+  int num_layers = 0;
+  int num_blocks = 0;
+  int block_size = 0;
+  int kv_dim = 0;
+  std::vector<float> k;  // [num_layers, num_blocks, block_size, kv_dim]
+  std::vector<float> v;  // [num_layers, num_blocks, block_size, kv_dim]
+
+  KvStorage(const ModelConfig& c, int num_blocks, int block_size);
+
+  float* key(int layer, SlotRef s) { return k.data() + offset(layer, s); }
+  float* value(int layer, SlotRef s) { return v.data() + offset(layer, s); }
+  const float* key(int layer, SlotRef s) const { return k.data() + offset(layer, s); }
+  const float* value(int layer, SlotRef s) const { return v.data() + offset(layer, s); }
+
+  // Executes a compaction plan in order, in every layer; returns the bytes moved
+  // (K and V, all layers).
+  size_t apply(const std::vector<Move>& plan);
+
+  // Bytes one block takes: K and V, all layers, f32.
+  static size_t bytes_per_block(const ModelConfig& c, int block_size);
+
+ private:
+  size_t offset(int layer, SlotRef s) const {
+    return ((size_t(layer) * num_blocks + s.block) * block_size + s.slot) * kv_dim;
+  }
+};
+
+// The number of blocks a memory budget of `bytes` buys; kvscope::Error if not even one.
+int blocks_for_budget(const ModelConfig& c, int block_size, size_t bytes);
+
+}  // namespace kvscope

@@ -1,0 +1,53 @@
+// Attention over the paged KV cache, two ways, with the same result.
+//
+// Both read K/V only through the sequence's block table: the live slots in table
+// order, holes skipped, each with the absolute position its slot records. A query
+// at position p sees the keys at positions <= p (causal by position, not by slot,
+// so it stays right when hole reuse puts new tokens in old slots).
+//
+//   flash  online softmax, one tile of keys at a time: a running max m, a running
+//          sum l and a running output; never holds a row of scores.
+//   eager  materialises softmax(q K^T / sqrt(d)) for a whole head, [T, n], and so
+//          can hand the attention probabilities to the policies that need them
+//          (H2O, SnapKV): column sums of P over the queries t >= sum_from.
+//
+// Tiles are cut from the live keys in order, not from physical blocks, so the
+// arithmetic depends only on the sequence of live keys: compaction, which keeps
+// that sequence and only moves slots, leaves both outputs bit-for-bit unchanged.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "cache/kv_storage.h"
+
+namespace kvscope {
+
+enum class AttentionPath { Flash, Eager };
+
+// The slots attention reads for one sequence, in block-table order.
+struct LiveSlots {
+  std::vector<SlotRef> slots;    // [n]
+  std::vector<int64_t> pos;      // [n]  the token position each slot holds
+  std::vector<int> table_index;  // [n]  logical slot index: table block * block_size + slot
+};
+LiveSlots live_slots(const PagedKvCache& cache, int seq);
+
+struct AttentionShape {
+  int n_heads, n_kv_heads, head_dim;
+};
+
+// out: [T, n_heads * head_dim]; q: [T, n_heads * head_dim] after q_norm and RoPE;
+// q_pos: [T] the queries' positions.
+void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, const LiveSlots& keys,
+                     const KvStorage& kv, int layer, AttentionShape shape);
+
+// As attention_flash, and adds to prob_sums[h * table_slots + table_index[j]] the
+// probability that query head h gives key j, summed over the queries t >= sum_from.
+// prob_sums may be null.                         prob_sums: [n_heads, table_slots]
+void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, const LiveSlots& keys,
+                     const KvStorage& kv, int layer, AttentionShape shape, int sum_from, float* prob_sums,
+                     int table_slots);
+
+}  // namespace kvscope
