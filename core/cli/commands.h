@@ -9,6 +9,7 @@ namespace kvscope::cli {
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_devices_command(CLI::App& app);
+void add_memory_command(CLI::App& app);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);

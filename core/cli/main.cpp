@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   kvscope::cli::add_generate_command(app);
   kvscope::cli::add_bench_command(app);
   kvscope::cli::add_devices_command(app);
+  kvscope::cli::add_memory_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,133 @@
+// kvscope memory: the KV-cache memory calculator.
+//
+// Prints what one token of K/V costs (for 32-, 16- and 8-bit elements, the
+// formula written out with the config's numbers), what the weights take, and
+// how many tokens of cache fit on a GPU of a given size beside them. Pure
+// arithmetic on config.json: no weights are read, no GPU is needed.
+//
+// If the weights do not fit, that is an answer, not an error: the table is
+// printed with a line saying so, and the exit code is 0. Bad input (bits out
+// of range, negative GB, an unreadable config) is a kvscope::Error: exit 1.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "model/config.h"
+#include "model/memory.h"
+#include "util/error.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct MemoryArgs {
+  std::string config;
+  MemoryBudget budget;
+};
+
+// 32762123264 -> "32,762,123,264".
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+// Bytes as KiB: "256 KiB" when exact, "2.25 KiB" otherwise.
+std::string kib(int64_t bytes) {
+  char buf[64];
+  if (bytes % 1024 == 0)
+    std::snprintf(buf, sizeof buf, "%" PRId64 " KiB", bytes / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f KiB", double(bytes) / 1024);
+  return buf;
+}
+
+// Decimal GB with two decimals: 16381061632 -> "16.38 GB".
+std::string gb(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  return buf;
+}
+
+// The per-token formula with the config's numbers, e.g.
+// "2 x 64 layers x 8 KV heads x 128 dims x 2 bytes = 262144 bytes = 256 KiB per token".
+std::string kv_formula(const ModelConfig& c, int kv_bits) {
+  const int bytes_per_element = kv_bits / 8;
+  const int64_t per_token = kv_bytes_per_token(c, kv_bits);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "2 x %d layers x %d KV heads x %d dims x %d %s = %" PRId64 " bytes = %s per token",
+                c.num_layers, c.num_kv_heads, c.head_dim, bytes_per_element, bytes_per_element == 1 ? "byte" : "bytes",
+                per_token, kib(per_token).c_str());
+  return buf;
+}
+
+// The per-token table: one formula line each for 32-, 16- and 8-bit elements, then tokens per GiB.
+void print_kv_table(const ModelConfig& c, int chosen_kv_bits) {
+  const int widths[] = {32, 16, 8};
+  size_t formula_width = 0;
+  for (int bits : widths) formula_width = std::max(formula_width, kv_formula(c, bits).size());
+  std::printf("KV cache per token = 2 (K and V) x layers x KV heads x head_dim x bytes per element\n");
+  for (int bits : widths)
+    std::printf("  %2d-bit: %-*s  %7s tokens per GiB%s\n", bits, int(formula_width), kv_formula(c, bits).c_str(),
+                with_commas(kv_tokens_per_gib(c, bits)).c_str(), bits == chosen_kv_bits ? "  <- --kv-bits" : "");
+}
+
+void run_memory(const MemoryArgs& a) {
+  check_budget(a.budget);  // bad options fail before the file is read
+  const ModelConfig c = load_config_file(a.config);
+  const MemoryBudget& b = a.budget;
+  const KvFit fit = fit_kv_cache(c, b);
+
+  std::printf("kvscope memory: %s\n", a.config.c_str());
+  std::printf("  %d layers, %d query heads, %d KV heads, head_dim %d, hidden %d, vocab %d, %s embeddings\n\n",
+              c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.hidden_size, c.vocab_size,
+              c.tie_word_embeddings ? "tied" : "untied");
+
+  print_kv_table(c, b.kv_bits);
+
+  const int64_t params = c.parameter_count();
+  std::printf("\nWeights: %s parameters (computed from the config; %s)\n", with_commas(params).c_str(),
+              c.tie_word_embeddings ? "lm_head tied to the embeddings, counted once" : "lm_head and embeddings separate");
+  std::printf("  at %d bits: %s bytes = %s (no quantization scales counted)\n\n", b.weight_bits,
+              with_commas(weight_bytes(c, b.weight_bits)).c_str(), gb(fit.weight_bytes).c_str());
+
+  std::printf("Fit on a %g GB GPU (1 GB = 1e9 bytes), K/V at %d bits:\n", b.gpu_gb, b.kv_bits);
+  std::printf("    %9s  GPU memory\n", gb(fit.gpu_bytes).c_str());
+  std::printf("  - %9s  weights at %d bits\n", gb(fit.weight_bytes).c_str(), b.weight_bits);
+  std::printf("  - %9s  reserve: CUDA context, activations, allocator slack (--reserve-gb)\n", gb(fit.reserve_bytes).c_str());
+  std::printf("  = %9s  free for the KV cache\n", gb(fit.free_bytes).c_str());
+  std::printf("  / %" PRId64 " bytes per token = %s tokens = %s blocks of %d tokens\n", fit.kv_bytes_per_token,
+              with_commas(fit.tokens).c_str(), with_commas(fit.blocks).c_str(), b.block_size);
+  if (!fit.weights_fit)
+    std::printf("\nthe weights alone do not fit: %s of weights > %s of GPU memory\n", gb(fit.weight_bytes).c_str(),
+                gb(fit.gpu_bytes).c_str());
+  else if (!fit.cache_fits)
+    std::printf("\nno room for the KV cache: weights + reserve = %s >= %s of GPU memory\n",
+                gb(fit.weight_bytes + fit.reserve_bytes).c_str(), gb(fit.gpu_bytes).c_str());
+}
+
+}  // namespace
+
+void add_memory_command(CLI::App& app) {
+  auto args = std::make_shared<MemoryArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "memory",
+      "KV-cache memory calculator: bytes per token of K/V, bytes of the weights, and how many tokens fit on a GPU.\n"
+      "free = GPU - weights - reserve; tokens = free / KV bytes per token. 1 GB = 1e9 bytes.");
+  cmd->add_option("--config", args->config, "config.json giving the model shape")->required();
+  cmd->add_option("--gpu-gb", args->budget.gpu_gb, "GPU memory in GB (1 GB = 1e9 bytes)")->capture_default_str();
+  cmd->add_option("--weight-bits", args->budget.weight_bits, "Bits per weight: 2, 3, 4, 8, 16 or 32")->capture_default_str();
+  cmd->add_option("--kv-bits", args->budget.kv_bits, "Bits per K/V element: 8, 16 or 32")->capture_default_str();
+  cmd->add_option("--reserve-gb", args->budget.reserve_gb,
+                  "GB held back for the CUDA context, activations and allocator slack")
+      ->capture_default_str();
+  cmd->callback([args] { run_memory(*args); });
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,90 @@
+#include "engine/engine.h"
+
+#include "util/error.h"
+
+namespace kvscope {
+
+Engine::Engine(const Model& model, const EngineConfig& config, EventLog* log)
+    : model_(model),
+      config_(config),
+      cache_(config.num_blocks, config.block_size, config.strategy, log),
+      kv_(model.config, config.num_blocks, config.block_size) {
+  config_.schedule.validate();
+  if (config_.schedule.enabled() && !config_.policy) throw Error("engine: an eviction budget needs a policy");
+}
+
+int Engine::add_sequence() {
+  const int seq = cache_.add_sequence();
+  policies_.push_back(config_.schedule.enabled() ? config_.policy() : nullptr);
+  stats_.emplace_back();
+  return seq;
+}
+
+void Engine::release_sequence(int seq) {
+  cache_.release_sequence(seq);
+  policies_.at(seq).reset();
+}
+
+const float* Engine::prefill(int seq, const std::vector<int>& tokens) {
+  if (tokens.empty()) throw Error("prefill: no tokens");
+  return step(seq, tokens.data(), int(tokens.size()));
+}
+
+const float* Engine::decode(int seq, int token) { return step(seq, &token, 1); }
+
+const float* Engine::step(int seq, const int* tokens, int T) {
+  EvictionPolicy* policy = policies_.at(seq).get();
+  ForwardOptions options;
+  const bool observe = policy && policy->needs_attention();
+  if (observe) {
+    options.attention = AttentionPath::Eager;
+    options.sum_from = std::max(0, T - policy->window());
+    options.prob_sums = &prob_sums_;
+  }
+  const float* logits = forward(model_, cache_, kv_, seq, state_, tokens, T, options);
+
+  if (observe) {
+    // The attention each live token received, summed over layers and heads.
+    const ModelConfig& c = model_.config;
+    const LiveSlots live = live_slots(cache_, seq);
+    const size_t table = prob_sums_.size() / (size_t(c.num_layers) * c.num_heads);
+    std::vector<float> received(live.pos.size(), 0.0f);
+    for (int lh = 0; lh < c.num_layers * c.num_heads; ++lh)
+      for (size_t j = 0; j < received.size(); ++j) received[j] += prob_sums_[lh * table + live.table_index[j]];
+    policy->observe(live.pos, received, T - options.sum_from);
+  }
+  if (config_.schedule.due(cache_.sequence(seq).live)) evict_round(seq);
+  return logits;
+}
+
+void Engine::evict_round(int seq) {
+  EvictionPolicy& policy = *policies_.at(seq);
+  cache_.begin_round(seq);
+  std::vector<int64_t> pos = cache_.live_positions(seq);
+  std::sort(pos.begin(), pos.end());  // table order is token order, except after hole reuse
+  const LiveSlots slots = live_slots(cache_, seq);
+  const ScoreContext ctx{pos, cache_.sequence(seq).next_pos, &model_.config, &kv_, &slots};
+  const std::vector<int64_t> evicted = complement(pos, select_keep(pos, policy.scores(ctx), config_.schedule));
+  cache_.evict(seq, evicted);
+  policy.forget(evicted);
+  if (config_.strategy == MemoryStrategy::Compact) {
+    const std::vector<Move> plan = cache_.plan_compaction(seq);
+    stats_[seq].bytes_moved += kv_.apply(plan);
+    cache_.commit_compaction(seq, plan);
+  }
+  ++stats_[seq].rounds;
+  cache_.end_round(seq);
+}
+
+SequenceStats Engine::stats(int seq) const {
+  SequenceStats s = stats_.at(seq);
+  const Sequence& q = cache_.sequence(seq);
+  s.tokens_seen = q.next_pos;
+  s.live = q.live;
+  s.blocks_in_use = int(q.blocks.size());
+  s.blocks_full_cache = int((q.next_pos + config_.block_size - 1) / config_.block_size);
+  s.bytes_per_block = KvStorage::bytes_per_block(model_.config, config_.block_size);
+  return s;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,81 @@
+// Engine: runs sequences through the model over one shared paged cache, and
+// prunes them to budget as they grow.
+//
+//   prefill(seq, prompt) / decode(seq, token)
+//     -> forward (flash attention, or eager when the policy needs probabilities)
+//     -> the policy observes the step's attention (H2O, SnapKV)
+//     -> if the sequence's live count reached budget + slack: an eviction round
+//          scores -> select_keep -> cache.evict -> (Compact) plan, move, commit
+//
+// Every change to the cache is an event in the log (if one is given).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "cache/kv_storage.h"
+#include "evict/policy.h"
+#include "model/qwen3.h"
+
+namespace kvscope {
+
+// What eviction has done to a sequence so far.
+struct SequenceStats {
+  int64_t tokens_seen = 0;       // positions used (= next_pos)
+  int live = 0;                  // tokens in the cache
+  int blocks_in_use = 0;         // blocks in its table
+  int blocks_full_cache = 0;     // blocks the same tokens take with no eviction: ceil(seen / block_size)
+  int rounds = 0;                // eviction rounds
+  size_t bytes_moved = 0;        // by compaction (K and V, all layers)
+  size_t bytes_per_block = 0;
+
+  double evicted_fraction() const { return tokens_seen ? 1.0 - double(live) / double(tokens_seen) : 0.0; }
+  double blocks_freed_fraction() const {
+    return blocks_full_cache ? 1.0 - double(blocks_in_use) / blocks_full_cache : 0.0;
+  }
+  size_t bytes_reclaimed() const { return size_t(blocks_full_cache - blocks_in_use) * bytes_per_block; }
+};
+
+using PolicyFactory = std::function<std::unique_ptr<EvictionPolicy>()>;
+
+struct EngineConfig {
+  int num_blocks = 0;
+  int block_size = 16;
+  MemoryStrategy strategy = MemoryStrategy::Compact;
+  EvictionSchedule schedule;   // budget 0: no eviction
+  PolicyFactory policy;        // one policy object per sequence; may be empty when budget is 0
+};
+
+class Engine {
+ public:
+  Engine(const Model& model, const EngineConfig& config, EventLog* log = nullptr);
+
+  int add_sequence();
+  void release_sequence(int seq);
+
+  // Runs the tokens and returns the logits of the last one. [vocab]
+  const float* prefill(int seq, const std::vector<int>& tokens);
+  const float* decode(int seq, int token);
+
+  SequenceStats stats(int seq) const;
+  const PagedKvCache& cache() const { return cache_; }
+  const KvStorage& storage() const { return kv_; }
+  EvictionPolicy* policy(int seq) { return policies_.at(seq).get(); }
+
+ private:
+  const float* step(int seq, const int* tokens, int T);
+  void evict_round(int seq);
+
+  const Model& model_;
+  EngineConfig config_;
+  PagedKvCache cache_;
+  KvStorage kv_;
+  RunState state_;
+  std::vector<std::unique_ptr<EvictionPolicy>> policies_;  // [sequence]
+  std::vector<SequenceStats> stats_;                       // [sequence] rounds and bytes moved
+  std::vector<float> prob_sums_;                           // eager attention output, reused
+};
+
+}  // namespace kvscope

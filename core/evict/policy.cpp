@@ -1,0 +1,66 @@
+#include "evict/policy.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "evict/h2o.h"
+#include "evict/random.h"
+#include "evict/snapkv.h"
+#include "evict/streaming.h"
+#include "util/error.h"
+
+namespace kvscope {
+
+void EvictionSchedule::validate() const {
+  if (budget < 0 || slack < 1 || sinks < 0 || recent < 0) throw Error("eviction: budget, sinks and recent must be >= 0, slack >= 1");
+  if (enabled() && budget < sinks + recent)
+    throw Error("eviction budget " + std::to_string(budget) + " is smaller than the protected tokens (" +
+                std::to_string(sinks) + " sinks + " + std::to_string(recent) + " recent)");
+}
+
+std::vector<int64_t> select_keep(const std::vector<int64_t>& pos, const std::vector<float>& scores,
+                                 const EvictionSchedule& schedule) {
+  const int n = int(pos.size());
+  if (int(scores.size()) != n) throw Error("select_keep: one score per position needed");
+  if (n <= schedule.budget) return pos;
+
+  // Protected: the first `sinks` positions and the newest `recent` tokens.
+  std::vector<char> keep(size_t(n), 0);
+  int kept = 0;
+  for (int i = 0; i < n; ++i)
+    if (pos[i] < schedule.sinks || i >= n - schedule.recent) keep[i] = 1, ++kept;
+
+  // The rest by score, best first; on equal scores the newer token wins.
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i)
+    if (!keep[i]) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && pos[a] > pos[b]);
+  });
+  for (int i : order) {
+    if (kept >= schedule.budget) break;
+    keep[i] = 1, ++kept;
+  }
+  std::vector<int64_t> out;
+  for (int i = 0; i < n; ++i)
+    if (keep[i]) out.push_back(pos[i]);
+  return out;
+}
+
+std::vector<int64_t> complement(const std::vector<int64_t>& pos, const std::vector<int64_t>& keep) {
+  std::vector<int64_t> out;
+  std::set_difference(pos.begin(), pos.end(), keep.begin(), keep.end(), std::back_inserter(out));
+  return out;
+}
+
+std::unique_ptr<EvictionPolicy> make_policy(const std::string& name, uint64_t seed) {
+  if (name == "streaming") return std::make_unique<StreamingPolicy>();
+  if (name == "random") return std::make_unique<RandomPolicy>(seed);
+  if (name == "h2o") return std::make_unique<H2OPolicy>();
+  if (name == "snapkv") return std::make_unique<SnapKVPolicy>();
+  if (name == "triattention" || name == "oracle")
+    throw Error("policy \"" + name + "\" needs data (calibration or a reference run); build it with its own constructor");
+  throw Error("unknown eviction policy \"" + name + "\" (choose streaming, h2o, snapkv, triattention, random or oracle)");
+}
+
+}  // namespace kvscope
