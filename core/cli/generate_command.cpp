@@ -4,7 +4,9 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cache/kv_storage.h"
 #include "engine/generate.h"
+#include "evict/policy.h"
 #include "model/weights.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -26,6 +28,15 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string weights = "stored";
+  // The cache and eviction.
+  int block_size = 16;
+  std::string strategy = "compact";
+  std::string policy = "h2o";
+  int budget = 0;
+  int slack = 128;
+  int sinks = 4;
+  int recent = 32;
+  double kv_memory_mb = 0;
 };
 
 WeightFormat parse_weight_format(const std::string& s) {
@@ -33,6 +44,18 @@ WeightFormat parse_weight_format(const std::string& s) {
   if (s == "f32") return WeightFormat::F32;
   if (s == "bf16") return WeightFormat::BF16;
   throw Error("--weights must be stored, f32 or bf16");
+}
+
+// What eviction did, in the numbers the project is about.
+void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
+  std::fprintf(stderr, "cache: %s, block size %d, %s", a.budget > 0 ? ("policy " + a.policy).c_str() : "no eviction",
+               a.block_size, strategy_name(parse_strategy(a.strategy)));
+  if (a.budget > 0) std::fprintf(stderr, ", budget %d (+%d slack), %d round%s", a.budget, a.slack, s.rounds, s.rounds == 1 ? "" : "s");
+  std::fprintf(stderr, "\n  tokens: %lld seen, %d live: %.1f%% evicted\n", (long long)s.tokens_seen, s.live,
+               100 * s.evicted_fraction());
+  std::fprintf(stderr, "  blocks: %d in use, a full cache needs %d: %.1f%% freed, %.2f MB reclaimed\n", s.blocks_in_use,
+               s.blocks_full_cache, 100 * s.blocks_freed_fraction(), s.bytes_reclaimed() / 1e6);
+  std::fprintf(stderr, "  compaction moved %.2f MB\n", s.bytes_moved / 1e6);
 }
 
 void run_generate(const GenerateArgs& a) {
@@ -51,6 +74,16 @@ void run_generate(const GenerateArgs& a) {
   options.sampler = {a.temperature, a.top_k, a.top_p, a.seed};
   options.stop_ids = model.config.eos_token_ids;
   options.vocab_limit = tokenizer.vocab_size();
+  options.engine.block_size = a.block_size;
+  options.engine.strategy = parse_strategy(a.strategy);
+  options.engine.schedule = {a.budget, a.slack, a.sinks, a.recent};
+  options.engine.schedule.validate();
+  if (a.budget > 0) {
+    make_policy(a.policy, a.seed);  // fail now on a bad name, not after loading
+    options.engine.policy = [name = a.policy, seed = a.seed] { return make_policy(name, seed); };
+  }
+  if (a.kv_memory_mb > 0)
+    options.engine.num_blocks = blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6));
 
   // Stream: the prompt as given, then each completed character as it arrives.
   StreamDecoder stream(tokenizer);
@@ -68,6 +101,7 @@ void run_generate(const GenerateArgs& a) {
   std::fprintf(stderr, "\nprompt: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s%s\n", stats.prompt_tokens,
                stats.prefill_tokens_per_second(), stats.new_tokens, stats.decode_tokens_per_second(),
                stats.stopped ? " (stopped at end of sequence)" : "");
+  print_cache_stats(stats.cache, a);
 }
 
 }  // namespace
@@ -88,6 +122,17 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--weights", args->weights, "Hold matrices as stored, or convert to f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"stored", "f32", "bf16"}));
+  cmd->add_option("--block-size", args->block_size, "Tokens per KV block (1 to 256)")->capture_default_str();
+  cmd->add_option("--strategy", args->strategy, "After eviction: holes (blocks free only when empty), reuse (fill holes), compact")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"holes", "reuse", "compact"}));
+  cmd->add_option("--policy", args->policy, "Eviction policy: streaming, h2o, snapkv, random")->capture_default_str();
+  cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")->capture_default_str();
+  cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")->capture_default_str();
+  cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")->capture_default_str();
+  cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str();
+  cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
+      ->capture_default_str();
   cmd->callback([args] { run_generate(*args); });
 }
 

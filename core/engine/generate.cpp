@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "model/qwen3.h"
 #include "util/error.h"
 
 namespace kvscope {
@@ -25,18 +24,16 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
                 " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   const int vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;
 
-  // A paged cache just big enough for the whole sequence (no eviction here).
-  const int block_size = 16;
-  PagedKvCache cache((total + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly);
-  KvStorage kv(c, cache.num_blocks(), block_size);
-  const int seq = cache.add_sequence();
-  RunState state;
+  EngineConfig config = options.engine;
+  if (config.num_blocks == 0) config.num_blocks = (total + config.block_size - 1) / config.block_size;
+  Engine engine(model, config, options.events);
+  const int seq = engine.add_sequence();
   Sampler sampler(options.sampler);
   GenerateStats stats;
   stats.prompt_tokens = int(prompt.size());
 
   auto t0 = std::chrono::steady_clock::now();
-  const float* logits = forward(model, cache, kv, seq, state, prompt.data(), int(prompt.size()));
+  const float* logits = engine.prefill(seq, prompt);
   stats.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
@@ -49,10 +46,11 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
       break;
     }
     if (i + 1 == options.max_new_tokens) break;  // no need to run the token we will not sample after
-    logits = forward(model, cache, kv, seq, state, &token, 1);
+    logits = engine.decode(seq, token);
     ++stats.decode_steps;
   }
   stats.decode_seconds = seconds_since(t0);
+  stats.cache = engine.stats(seq);
   return stats;
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/engine.h"
 #include "model/weights.h"
 #include "sample/sampler.h"
 
@@ -15,6 +16,11 @@ struct GenerateOptions {
   SamplerConfig sampler;
   std::vector<int> stop_ids;  // usually the config's EOS ids
   int vocab_limit = 0;        // sample only ids below this (the tokenizer's size); 0 = all logits
+  // The cache: its block size and memory strategy, and an eviction schedule and
+  // policy (no eviction when schedule.budget is 0). num_blocks 0 = just enough
+  // blocks for the whole sequence without eviction.
+  EngineConfig engine;
+  EventLog* events = nullptr;  // receives every cache event when set
 };
 
 struct GenerateStats {
@@ -24,6 +30,7 @@ struct GenerateStats {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   bool stopped = false;       // ended on a stop id
+  SequenceStats cache;        // what eviction did: tokens evicted, blocks freed, bytes moved
 
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
   double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }

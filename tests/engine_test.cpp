@@ -1,0 +1,160 @@
+// The engine's eviction rounds on a real (tiny) model: what compaction changes
+// and, above all, what it must not change.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "evict/h2o.h"
+#include "evict/streaming.h"
+#include "model/weights.h"
+#include "sample/sampler.h"
+#include "test_paths.h"
+#include "util/error.h"
+
+namespace kvscope {
+namespace {
+
+EngineConfig config_for(MemoryStrategy strategy, const std::string& policy, int budget, int block_size = 4) {
+  EngineConfig c;
+  c.num_blocks = 64;
+  c.block_size = block_size;
+  c.strategy = strategy;
+  c.schedule = {budget, /*slack=*/6, /*sinks=*/2, /*recent=*/5};
+  c.policy = [policy] { return make_policy(policy, 1); };
+  return c;
+}
+
+// Greedy decoding, teacher-forced with the tokens of `script` when given: logits of every step.
+std::vector<std::vector<float>> run(const Model& m, Engine& e, const std::vector<int>& script) {
+  const int seq = e.add_sequence();
+  const int vocab = m.config.vocab_size;
+  const std::vector<int> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26};
+  std::vector<std::vector<float>> out;
+  const float* logits = e.prefill(seq, prompt);
+  for (size_t i = 0; i < script.size(); ++i) {
+    out.emplace_back(logits, logits + vocab);
+    logits = e.decode(seq, script[i]);
+  }
+  out.emplace_back(logits, logits + vocab);
+  return out;
+}
+
+std::vector<int> tokens(int n) {
+  std::vector<int> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + 11) % 300);
+  return t;
+}
+
+TEST(Engine, CompactionLeavesEveryLogitBitUnchanged) {
+  // Holes only and compaction keep the same tokens (same policy, same scores);
+  // compaction just moves them. Attention reads the live keys in token order in
+  // both cases, so the next steps must be identical to the last bit.
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  for (const char* policy : {"streaming", "h2o", "snapkv", "random"}) {
+    Engine holes(m, config_for(MemoryStrategy::HolesOnly, policy, 16));
+    Engine compact(m, config_for(MemoryStrategy::Compact, policy, 16));
+    const auto script = tokens(60);
+    const auto a = run(m, holes, script), b = run(m, compact, script);
+    EXPECT_EQ(a, b) << policy;
+    EXPECT_GT(compact.stats(0).rounds, 3) << policy;
+    EXPECT_GT(compact.stats(0).bytes_moved, 0u) << policy;
+    EXPECT_EQ(holes.cache().live_positions(0), compact.cache().live_positions(0)) << policy;
+    EXPECT_LE(compact.stats(0).blocks_in_use, holes.stats(0).blocks_in_use) << policy;
+  }
+}
+
+TEST(Engine, HoleReuseKeepsTheSameTokensAndNearlyTheSameLogits) {
+  // Reusing holes puts new tokens out of order in the table; attention follows the
+  // recorded positions, so only the order of the float sums changes.
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  Engine holes(m, config_for(MemoryStrategy::HolesOnly, "h2o", 16));
+  Engine reuse(m, config_for(MemoryStrategy::ReuseHoles, "h2o", 16));
+  const auto script = tokens(60);
+  const auto a = run(m, holes, script), b = run(m, reuse, script);
+  ASSERT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, std::abs(a[i][j] - b[i][j]));
+  EXPECT_LE(worst, 1e-4f);
+  auto kept = reuse.cache().live_positions(0);
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, holes.cache().live_positions(0));
+}
+
+TEST(Engine, RoundsPruneToTheBudgetAndProtectSinksAndRecent) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config_for(MemoryStrategy::Compact, "h2o", 16));
+  run(m, e, tokens(40));
+  const SequenceStats s = e.stats(0);
+  EXPECT_GE(s.live, 16);
+  EXPECT_LT(s.live, 16 + 6);
+  const auto live = e.cache().live_positions(0);
+  EXPECT_EQ(live[0], 0);
+  EXPECT_EQ(live[1], 1);
+  EXPECT_EQ(live.back(), s.tokens_seen - 1);
+  EXPECT_EQ(s.tokens_seen, 12 + 40);
+  EXPECT_DOUBLE_EQ(s.evicted_fraction(), 1.0 - double(s.live) / double(s.tokens_seen));
+}
+
+TEST(Engine, StreamingKeepsExactlySinksAndTheNewest) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config_for(MemoryStrategy::Compact, "streaming", 16));
+  run(m, e, tokens(30));
+  const auto live = e.cache().live_positions(0);
+  const int64_t seen = e.stats(0).tokens_seen;
+  std::vector<int64_t> expected = {0, 1};
+  for (int64_t p = seen - int64_t(live.size()) + 2; p < seen; ++p) expected.push_back(p);
+  EXPECT_EQ(live, expected);
+}
+
+TEST(Engine, H2OAccumulatesTheAttentionOfEveryQuery) {
+  // Each query's probabilities sum to 1 per head, so after a prefill of T tokens
+  // the accumulated attention over all tokens is T x layers x heads.
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  EngineConfig c = config_for(MemoryStrategy::Compact, "h2o", 1000);
+  Engine e(m, c);
+  const int seq = e.add_sequence();
+  const std::vector<int> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  e.prefill(seq, prompt);
+  const std::vector<int64_t> pos = e.cache().live_positions(seq);
+  const ScoreContext ctx{pos, 10};
+  const auto scores = e.policy(seq)->scores(ctx);
+  double total = 0;
+  for (float s : scores) total += s;
+  EXPECT_NEAR(total, 10.0 * m.config.num_layers * m.config.num_heads, 1e-3);
+  // The first token gets every query's attention at least a little: it leads.
+  EXPECT_EQ(std::max_element(scores.begin(), scores.end()) - scores.begin(), 0);
+}
+
+TEST(Engine, AnExhaustedPoolRefusesTheStepAndLeavesOtherSequencesIntact) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  EngineConfig c;
+  c.num_blocks = 3;
+  c.block_size = 4;
+  Engine e(m, c);
+  const int a = e.add_sequence(), b = e.add_sequence();
+  e.prefill(a, {1, 2, 3, 4, 5, 6, 7, 8});  // 2 blocks
+  e.prefill(b, {9, 10, 11});               // 1 block: the pool is full
+  const auto before = e.cache().live_positions(a);
+  EXPECT_THROW(e.prefill(b, {1, 2}), Error);  // b needs a second block
+  EXPECT_EQ(e.cache().live_positions(a), before);
+  EXPECT_EQ(e.cache().sequence(b).live, 3);
+  EXPECT_NO_THROW(e.decode(b, 5));  // its last free slot still works
+}
+
+TEST(Engine, GenerateReportsWhatEvictionDid) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  GenerateOptions o;
+  o.max_new_tokens = 80;
+  o.sampler.temperature = 0;
+  o.engine = config_for(MemoryStrategy::Compact, "h2o", 20);
+  o.engine.num_blocks = 0;  // just enough for the whole sequence
+  const GenerateStats s = generate(m, {5, 6, 7}, o, [](int) {});
+  EXPECT_EQ(s.cache.tokens_seen, 3 + 80 - 1);  // the last sampled token is never run
+  EXPECT_GT(s.cache.rounds, 0);
+  EXPECT_GT(s.cache.evicted_fraction(), 0.5);
+  EXPECT_GT(s.cache.blocks_freed_fraction(), 0.5);
+}
+
+}  // namespace
+}  // namespace kvscope
