@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "evict/h2o.h"
+#include "evict/oracle.h"
 #include "evict/streaming.h"
 #include "model/weights.h"
 #include "sample/sampler.h"
@@ -154,6 +155,40 @@ TEST(Engine, GenerateReportsWhatEvictionDid) {
   EXPECT_GT(s.cache.rounds, 0);
   EXPECT_GT(s.cache.evicted_fraction(), 0.5);
   EXPECT_GT(s.cache.blocks_freed_fraction(), 0.5);
+}
+
+TEST(Oracle, ScoresAreTheAttentionStillToCome) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  const std::vector<int> prompt = {1, 2, 3, 4, 5, 6};
+  const auto cont = tokens(10);
+  const FutureAttention future = record_future_attention(m, prompt, cont);
+  const double per_query = double(m.config.num_layers) * m.config.num_heads;  // each head's row sums to 1
+  // received_from(q) - received_from(q + 1) is what the query at q alone gives:
+  // a row of probabilities over positions 0..q, summing to 1 per layer and head.
+  for (int64_t q = 6; q < 16; ++q) {
+    double row = 0;
+    for (int64_t p = 0; p <= q; ++p) {
+      const double d = future.received_from(q, p) - future.received_from(q + 1, p);
+      EXPECT_GE(d, -1e-5);
+      row += d;
+    }
+    EXPECT_NEAR(row, per_query, 1e-3) << "query at " << q;
+  }
+  EXPECT_EQ(future.received_from(16, 0), 0.0f);
+  EXPECT_GE(future.received_from(6, 0), future.received_from(10, 0));
+}
+
+TEST(Oracle, PlugsIntoTheEngineTeacherForced) {
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  const std::vector<int> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26};
+  const auto script = tokens(60);
+  const FutureAttention future = record_future_attention(m, prompt, script);
+  EngineConfig c = config_for(MemoryStrategy::Compact, "h2o", 16);
+  c.policy = [&future] { return std::make_unique<OraclePolicy>(future); };
+  Engine e(m, c);
+  run(m, e, script);
+  EXPECT_GT(e.stats(0).rounds, 3);
+  EXPECT_LT(e.stats(0).live, 16 + 6);
 }
 
 }  // namespace
