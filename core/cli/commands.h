@@ -7,9 +7,13 @@
 namespace kvscope::cli {
 
 void add_generate_command(CLI::App& app);
-void add_bench_command(CLI::App& app);
+void add_bench_command(CLI::App& app);  // `bench` and its parts:
+void add_bench_decode_command(CLI::App& bench);
+void add_bench_attention_command(CLI::App& bench);
+void add_bench_compaction_command(CLI::App& bench);
 void add_devices_command(CLI::App& app);
 void add_memory_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);

@@ -54,6 +54,7 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
           if (keys.pos[j0 + j] > q_pos[t]) continue;
           const float* k = kv.key(layer, keys.slots[j0 + j]) + kv_off;
           float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)  // lets the compiler split the sum across vector lanes
           for (int i = 0; i < hd; ++i) dot += qh[i] * k[i];
           s[j] = dot * scale;
           m_tile = std::max(m_tile, s[j]);
@@ -69,6 +70,7 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
           const float p = std::exp(s[j] - m_new);
           l += p;
           const float* v = kv.value(layer, keys.slots[j0 + j]) + kv_off;
+#pragma omp simd
           for (int i = 0; i < hd; ++i) acc[i] += p * v[i];
         }
         m = m_new;

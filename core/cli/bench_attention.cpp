@@ -1,0 +1,120 @@
+// kvscope bench attention: the cost of keeping the scores.
+//
+// The flash-style path never holds a row of attention scores; the eager path
+// materialises softmax(Q K^T) for a whole head, which is what H2O and SnapKV need.
+// For contexts of 1K, 4K and 16K tokens of one Qwen3-0.6B attention layer (random
+// K/V in a paged cache), this times both paths for one decode query and for a
+// chunk of queries at the end of the context, and measures the extra memory each
+// takes while it runs (peak resident memory above the resident memory before).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "model/attention.h"
+#include "model/config.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct AttentionBenchArgs {
+  std::string config = std::string(KVSCOPE_ASSETS_DIR) + "/configs/qwen3-0.6b-config.json";
+  std::vector<int> contexts = {1024, 4096, 16384};
+  int queries = 256;
+  int repeats = 3;
+};
+
+struct Timing {
+  double seconds = 0;      // best of the repeats
+  double extra_bytes = 0;  // peak memory above the memory before the call
+};
+
+template <class Fn>
+Timing measure(int repeats, Fn&& fn) {
+  Timing t{1e30, 0};
+  for (int r = 0; r < repeats; ++r) {
+    const double before = current_memory_bytes();
+    reset_peak_memory();
+    const double t0 = now_seconds();
+    fn();
+    t.seconds = std::min(t.seconds, now_seconds() - t0);
+    t.extra_bytes = std::max(t.extra_bytes, peak_memory_bytes() - before);
+  }
+  return t;
+}
+
+void run_attention_bench(const AttentionBenchArgs& a) {
+  ModelConfig c = load_config_file(a.config);
+  c.num_layers = 1;  // one layer is enough: attention is per layer
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
+  const int block_size = 16;
+  std::printf("kvscope bench attention: one attention layer of %s (%d query heads, %d KV heads, head_dim %d), f32\n",
+              a.config.c_str(), c.num_heads, c.num_kv_heads, c.head_dim);
+  std::printf("machine: %s, %d threads\n\n", cpu_name().c_str(), omp_get_max_threads());
+  std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max |flash - eager| |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+
+  uint64_t state = 42;
+  auto uniform = [&state] {  // splitmix64 -> [-1, 1)
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return float((z ^ (z >> 31)) >> 40) / 8388608.0f - 1.0f;
+  };
+
+  for (int n : a.contexts) {
+    std::fprintf(stderr, "context %d...\n", n);
+    PagedKvCache cache((n + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly);
+    KvStorage kv(c, cache.num_blocks(), block_size);
+    const int seq = cache.add_sequence();
+    for (int i = 0; i < n; ++i) cache.append(seq);
+    for (float& x : kv.k) x = uniform();
+    for (float& x : kv.v) x = uniform();
+    const LiveSlots keys = live_slots(cache, seq);
+    const int table_slots = int(cache.sequence(seq).blocks.size()) * block_size;
+
+    for (int T : {1, std::min(a.queries, n)}) {
+      std::vector<float> q(size_t(T) * c.q_dim()), out_flash(q.size()), out_eager(q.size());
+      for (float& x : q) x = 2.0f * uniform();
+      std::vector<int64_t> q_pos(static_cast<size_t>(T));
+      for (int t = 0; t < T; ++t) q_pos[t] = n - T + t;  // the last T tokens of the context
+      std::vector<float> sums(size_t(c.num_heads) * table_slots);
+
+      const Timing flash = measure(a.repeats, [&] {
+        attention_flash(out_flash.data(), q.data(), q_pos.data(), T, keys, kv, 0, shape);
+      });
+      const Timing eager = measure(a.repeats, [&] {
+        attention_eager(out_eager.data(), q.data(), q_pos.data(), T, keys, kv, 0, shape, 0, sums.data(), table_slots);
+      });
+      float diff = 0;
+      for (size_t i = 0; i < q.size(); ++i) diff = std::max(diff, std::abs(out_flash[i] - out_eager[i]));
+      std::printf("| %d | %d | %.3f ms | %.3f ms | %.2fx | %.1f MB | %.1f MB | %.1e |\n", n, T, 1e3 * flash.seconds,
+                  1e3 * eager.seconds, eager.seconds / flash.seconds, flash.extra_bytes / 1e6, eager.extra_bytes / 1e6,
+                  double(diff));
+    }
+  }
+  std::printf("\nextra memory = peak resident memory during the call minus resident memory before it (whole process;\n"
+              "page granularity, so small working sets read as 0). Eager holds P = softmax(Q K^T) for one head per\n"
+              "thread, [queries x context] floats, plus a contiguous copy of one KV head's keys and values.\n");
+}
+
+}  // namespace
+
+void add_bench_attention_command(CLI::App& bench) {
+  auto args = std::make_shared<AttentionBenchArgs>();
+  CLI::App* cmd = bench.add_subcommand("attention", "Flash-style versus eager attention: time and memory at 1K-16K tokens");
+  cmd->add_option("--config", args->config, "config.json giving the attention shape")->capture_default_str();
+  cmd->add_option("--contexts", args->contexts, "Context lengths in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--queries", args->queries, "Queries in the chunk row (a piece of prefill)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", args->repeats, "Runs per measurement; the best is reported")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([args] { run_attention_bench(*args); });
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,140 @@
+// kvscope bench decode: how fast the CPU decoder runs on a real model shape, and how
+// close decode gets to the limit that memory bandwidth sets.
+//
+// Decode reads every weight once per token and does one multiply-add per weight,
+// so its ceiling is (DRAM read bandwidth) / (bytes of weights). The benchmark
+// measures that bandwidth itself (a streaming sum over 1 GiB), builds a model of
+// the config's shape with random weights in memory (no checkpoint needed), and
+// prints one table row per weight format and thread count.
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/bench_util.h"
+#include "cli/commands.h"
+#include "model/qwen3.h"
+#include "model/weights.h"
+#include "util/bandwidth.h"
+#include "util/error.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string config = std::string(KVSCOPE_ASSETS_DIR) + "/configs/qwen3-0.6b-config.json";
+  int prompt_tokens = 512;
+  int decode_tokens = 32;
+  std::vector<int> threads = {1, 2};
+  std::vector<std::string> weights = {"f32", "bf16"};
+  double bandwidth_gib = 1.0;
+};
+
+struct Row {
+  std::string weights;
+  int threads;
+  double prefill_tps, decode_tps, bytes_per_token, limit_tps, peak_bytes;
+};
+
+void run_bench(const BenchArgs& a) {
+  const ModelConfig config = load_config_file(a.config);
+  if (a.prompt_tokens < 1 || a.decode_tokens < 1) throw Error("--prompt-tokens and --decode-tokens must be >= 1");
+
+  std::printf("kvscope bench: %s (%.2fB parameters), random weights\n", a.config.c_str(),
+              double(config.parameter_count()) / 1e9);
+  std::printf("machine: %s, %d hardware threads\n", cpu_name().c_str(), omp_get_num_procs());
+
+  // 1. The ceiling: DRAM read bandwidth at each thread count.
+  std::vector<double> bandwidth;
+  for (int t : a.threads) {
+    bandwidth.push_back(measure_read_bandwidth_gbs(size_t(a.bandwidth_gib * (1u << 30)), t, 5));
+    std::printf("DRAM read bandwidth, %d thread%s: %.1f GB/s (streaming sum over %.1f GiB, best of 5)\n", t,
+                t == 1 ? "" : "s", bandwidth.back(), a.bandwidth_gib);
+  }
+
+  // 2. Prefill and decode for each weight format and thread count.
+  // Decode starts after a short prompt, so the weights dominate the bytes read, not the K/V cache:
+  const int decode_context = 16;
+  // bytes of K/V one decode step reads at the mean context (f32 keys and values, all layers)
+  const double kv_bytes = 2.0 * config.num_layers * config.kv_dim() * 4 * (decode_context + a.decode_tokens / 2.0);
+  std::vector<Row> rows;
+  for (const std::string& wf : a.weights) {
+    const DType dtype = wf == "f32" ? DType::F32 : DType::BF16;
+    reset_peak_memory();
+    std::fprintf(stderr, "building a random %s model...\n", wf.c_str());
+    Model model = random_model(config, dtype, /*seed=*/1);
+    std::vector<int> prompt(size_t(a.prompt_tokens));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 7919) % size_t(config.vocab_size));
+
+    for (size_t ti = 0; ti < a.threads.size(); ++ti) {
+      omp_set_num_threads(a.threads[ti]);
+      std::fprintf(stderr, "%s, %d thread(s): prefill %d tokens, decode %d tokens...\n", wf.c_str(), a.threads[ti],
+                   a.prompt_tokens, a.decode_tokens);
+      Row r{wf, a.threads[ti], 0, 0, 0, 0, 0};
+      {
+        PagedKvCache cache((a.prompt_tokens + 15) / 16, 16, MemoryStrategy::HolesOnly);
+        KvStorage kv(config, cache.num_blocks(), 16);
+        RunState s;
+        double t0 = now_seconds();
+        forward(model, cache, kv, cache.add_sequence(), s, prompt.data(), a.prompt_tokens);
+        r.prefill_tps = a.prompt_tokens / (now_seconds() - t0);
+      }
+      {
+        PagedKvCache cache((decode_context + a.decode_tokens + 15) / 16, 16, MemoryStrategy::HolesOnly);
+        KvStorage kv(config, cache.num_blocks(), 16);
+        const int seq = cache.add_sequence();
+        RunState s;
+        const float* logits = forward(model, cache, kv, seq, s, prompt.data(), decode_context);
+        int token = 0;
+        double t0 = now_seconds();
+        for (int i = 0; i < a.decode_tokens; ++i) {
+          token = int((token + 1 + (logits[i % config.vocab_size] > 0)) % config.vocab_size);
+          logits = forward(model, cache, kv, seq, s, &token, 1);
+        }
+        r.decode_tps = a.decode_tokens / (now_seconds() - t0);
+      }
+      // Bytes one decode step reads: every matrix once (lm_head once when tied) and the K/V cache.
+      r.bytes_per_token = double(model.weights.matrix_bytes()) + kv_bytes;
+      r.limit_tps = bandwidth[ti] * 1e9 / double(model.weights.matrix_bytes());
+      rows.push_back(r);
+    }
+    const double peak = peak_memory_bytes();
+    for (Row& r : rows)
+      if (r.weights == wf) r.peak_bytes = peak;
+  }
+
+  std::printf("\n| weights | threads | prefill tok/s (%d-token prompt) | decode tok/s | GB read per token | bandwidth limit tok/s | decode / limit | peak memory |\n",
+              a.prompt_tokens);
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %d | %.1f | %.2f | %.3f | %.2f | %.0f%% | %.2f GB |\n", r.weights.c_str(), r.threads, r.prefill_tps,
+                r.decode_tps, r.bytes_per_token / 1e9, r.limit_tps, 100 * r.decode_tps / r.limit_tps, r.peak_bytes / 1e9);
+  const double kv_share = rows.empty() ? 0 : rows.back().bytes_per_token / double(rows.back().bytes_per_token - kv_bytes) - 1;
+  std::printf("\nlimit = DRAM read bandwidth / bytes of the weight matrices. Decode runs at a %d-%d token context,\n"
+              "where the K/V cache adds %.1f%% to the bytes read per token (in the GB column, not in the limit).\n",
+              decode_context, decode_context + a.decode_tokens, 100 * kv_share);
+}
+
+}  // namespace
+
+void add_bench_decode_command(CLI::App& bench) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = bench.add_subcommand("decode", "Prefill and decode speed on a real model shape with random weights");
+  cmd->add_option("--config", args->config, "config.json giving the model shape")->capture_default_str();
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length for the prefill measurement")->capture_default_str();
+  cmd->add_option("--decode-tokens", args->decode_tokens, "Decode steps to time")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Thread counts to measure")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--weights", args->weights, "Weight formats to measure")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--bandwidth-gib", args->bandwidth_gib, "Size of the bandwidth probe's array")->capture_default_str();
+  cmd->callback([args] { run_bench(*args); });
+}
+
+}  // namespace kvscope::cli

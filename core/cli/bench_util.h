@@ -1,0 +1,37 @@
+// Small helpers shared by the `kvscope bench ...` commands: a clock, the CPU's
+// name for the table header, and the process's peak memory (Linux).
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+namespace kvscope::cli {
+
+inline double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+inline std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+// Peak resident memory (VmHWM) since the last reset_peak_memory(), in bytes.
+inline void reset_peak_memory() { std::ofstream("/proc/self/clear_refs") << "5"; }
+inline double peak_memory_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024;
+  return 0;
+}
+inline double current_memory_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024;
+  return 0;
+}
+
+}  // namespace kvscope::cli
