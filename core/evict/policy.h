@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,5 +81,11 @@ std::vector<int64_t> complement(const std::vector<int64_t>& pos, const std::vect
 // TriAttention and the oracle need data (calibration, a reference run) and are
 // made by their own constructors; this factory makes the others.
 std::unique_ptr<EvictionPolicy> make_policy(const std::string& name, uint64_t seed);
+
+// A maker of one policy object per sequence, for the engine. "triattention" reads
+// its calibration file (kvscope calibrate) once, checked against the model's config.
+using PolicyFactory = std::function<std::unique_ptr<EvictionPolicy>()>;
+PolicyFactory policy_factory(const std::string& name, uint64_t seed, const std::string& calibration_file,
+                             const ModelConfig& config);
 
 }  // namespace kvscope

@@ -8,7 +8,8 @@
 
 namespace kvscope {
 
-void RunState::reserve(const ModelConfig& c, int T) {
+void RunState::reserve(const ModelConfig& c, int T, int logit_rows) {
+  if (logits.size() < size_t(logit_rows) * c.vocab_size) logits.resize(size_t(logit_rows) * c.vocab_size);
   if (T <= capacity) return;
   capacity = T;
   const size_t t = size_t(T);
@@ -20,7 +21,6 @@ void RunState::reserve(const ModelConfig& c, int T) {
   att.resize(t * c.q_dim());
   gate.resize(t * c.intermediate_size);
   up.resize(t * c.intermediate_size);
-  logits.resize(t * c.vocab_size);
 }
 
 // Everything a layer needs to know about this call.
@@ -95,7 +95,7 @@ const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int
   if (cache.sequence(seq).next_pos + T > c.max_position_embeddings)
     throw Error("forward: position " + std::to_string(cache.sequence(seq).next_pos + T - 1) +
                 " is past the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
-  s.reserve(c, T);
+  s.reserve(c, T, options.all_logits ? T : 1);
 
   // Place the new tokens first: each gets a slot and its position.
   std::vector<SlotRef> slots(static_cast<size_t>(T));

@@ -31,9 +31,9 @@ struct RunState {
   std::vector<float> att;      // [T, q_dim]         attention output, before o_proj
   std::vector<float> gate;     // [T, intermediate]
   std::vector<float> up;       // [T, intermediate]
-  std::vector<float> logits;   // [T or 1, vocab]
+  std::vector<float> logits;   // [logit_rows, vocab]: T with all_logits, else 1
 
-  void reserve(const ModelConfig& c, int T);
+  void reserve(const ModelConfig& c, int T, int logit_rows);
 };
 
 struct ForwardOptions {

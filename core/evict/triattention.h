@@ -1,0 +1,154 @@
+// TriAttention: keys scored from the geometry of RoPE, with no attention scores.
+//
+// The idea in one paragraph. Before RoPE, the queries of a head cluster around a
+// fixed direction in every frequency band, whatever the token. Write a band f of
+// a vector as one complex number (dimension f is the real part, f + d/2 the
+// imaginary part: Qwen's rotate-half pairing). Offline, calibration measures per
+// layer, query head and band the centre of the queries, qbar_f = mean_t q_f, and
+// their mean length m_f = mean_t |q_f|. Online, a cached key is worth keeping if
+// the queries still to come, modelled by those centres at the positions ahead,
+// would give it a large logit: a trigonometric series in the distance D between
+// query and key (S_trig), plus a term for the part of the queries the centre does
+// not capture (S_norm). Scoring reads only the cached keys, so it runs with flash
+// attention, which never materialises the attention probabilities.
+//
+//   calibrate()            model + text -> TriCalibration (save / load as JSON)
+//   TriScorer              one round's per-head scorer: a key costs O(head_dim)
+//   triattention_scores()  the per-token scores of a ScoreContext (what the policy returns)
+//   TriAttentionPolicy     the EvictionPolicy
+//
+// The derivation of the no-un-rotation formula is in triattention.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "evict/policy.h"
+#include "model/weights.h"
+
+namespace kvscope {
+
+// The per-band query statistics of a model, and where they came from.
+struct TriCalibration {
+  // The shape the arrays are for (checked against a model before use).
+  int num_layers = 0, num_heads = 0, head_dim = 0;
+  double rope_theta = 0;
+  // Per layer, query head and band f in [0, head_dim/2):  [num_layers, num_heads, head_dim/2]
+  std::vector<float> qbar_re, qbar_im;  // qbar_f = mean_t (q[f] + i q[f + d/2])   (pre-RoPE, after q_norm)
+  std::vector<float> q_abs_mean;        // m_f    = mean_t |q[f] + i q[f + d/2]|
+
+  // Provenance, recorded in the file: the rest of the model's numbers and the text.
+  int num_kv_heads = 0, hidden_size = 0;  // 0 = not recorded (not checked)
+  std::string model;                      // the model folder it was made with
+  std::string text;                       // the text file it was made from
+  int64_t tokens = 0;                     // query tokens averaged over
+  int chunk = 0;                          // tokens per fresh cache (the longest context seen)
+
+  int bands() const { return head_dim / 2; }
+  size_t index(int layer, int head, int band) const {
+    return (size_t(layer) * num_heads + head) * size_t(bands()) + band;
+  }
+
+  // kvscope::Error "SOURCE: ..." if the calibration was made for a model of another shape.
+  void check_matches(const ModelConfig& c, const std::string& source) const;
+
+  // JSON (format "kvscope.triattention.calibration", version 1; see triattention.cpp).
+  // kvscope::Error naming the file if it cannot be written or holds a non-finite number.
+  void save(const std::string& path) const;
+  // kvscope::Error naming the file: unreadable, not JSON (e.g. truncated), another
+  // format or version, missing fields, arrays of the wrong shape, NaN or infinite
+  // values, or (second form) made for a model of another shape.
+  static TriCalibration load(const std::string& path);
+  static TriCalibration load(const std::string& path, const ModelConfig& expect);
+};
+
+// Accumulates query statistics: sums in double, averaged by finish().
+class TriCalibrator {
+ public:
+  explicit TriCalibrator(const ModelConfig& c);
+  TriCalibrator(int num_layers, int num_heads, int head_dim, double rope_theta);
+
+  // Adds T tokens' queries in the layout ForwardOptions::queries fills:
+  //                                           queries: [num_layers, T, num_heads * head_dim]
+  void add(const float* queries, int T);
+  int64_t tokens() const { return tokens_; }
+  // The centres so far; kvscope::Error if no token was added.
+  TriCalibration finish() const;
+
+ private:
+  TriCalibration shape_;
+  std::vector<double> sum_re_, sum_im_, sum_abs_;  // [num_layers, num_heads, head_dim/2]
+  int64_t tokens_ = 0;
+};
+
+struct CalibrateOptions {
+  int chunk = 0;    // tokens per fresh paged cache; 0 = min(1024, max_position_embeddings)
+  int batch = 256;  // tokens per forward call inside a chunk (bounds the activations)
+  // Called after every forward call: tokens done, tokens in all.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+// Runs the model over `tokens` in chunks (each a fresh sequence starting at
+// position 0) and averages the pre-RoPE queries of every token.
+// kvscope::Error for no tokens or a chunk outside [1, max_position_embeddings].
+TriCalibration calibrate(const Model& model, const std::vector<int>& tokens, const CalibrateOptions& options = {});
+
+// The offsets delta of the future query positions a key is scored for:
+// D = t - p + delta, delta in {1, 2, 4, ..., 65536}.
+inline constexpr int kTriOffsets = 17;
+inline double tri_offset(int i) { return double(int64_t(1) << i); }
+
+// omega_f = theta^(-2f/d), computed in f32 exactly as model/ops.cpp's rope() does,
+// so that the scorer's angles are the ones the cached keys were rotated by.
+double tri_omega(int band, int head_dim, double theta);
+
+// One round's scorer, at round position t (the position of the next token).
+// For a post-RoPE key k~ of one KV head, as seen by query head h of layer l:
+//   trig(l, h, k~) = mean over delta of S_trig(t - p + delta)   (no need to know p)
+//   norm(l, h, k~) = S_norm = sum_f (m_f - |qbar_f|) |k_f|
+//   score          = trig + norm
+class TriScorer {
+ public:
+  TriScorer(const TriCalibration& cal, int64_t t);
+
+  double trig(int layer, int head, const float* key) const;  // key: [head_dim], post-RoPE
+  double norm(int layer, int head, const float* key) const;
+  double score(int layer, int head, const float* key) const { return trig(layer, head, key) + norm(layer, head, key); }
+
+  // The "future query" of a head: w = [u; v] with u_f + i v_f = qbar_f mean_delta e^{i omega_f (t + delta)};
+  // trig(k~) = w . k~.                                                          [head_dim]
+  const float* future_query(int layer, int head) const { return w_.data() + (size_t(layer) * heads_ + head) * dim_; }
+  // m_f - |qbar_f|: S_norm = sum_f norm_weights[f] |k_f|.                        [head_dim/2]
+  const float* norm_weights(int layer, int head) const {
+    return gap_.data() + (size_t(layer) * heads_ + head) * (dim_ / 2);
+  }
+
+ private:
+  int heads_, dim_;
+  std::vector<float> w_;     // [num_layers, num_heads, head_dim]
+  std::vector<float> gap_;   // [num_layers, num_heads, head_dim/2]  m_f - |qbar_f|
+};
+
+// One score per live token of ctx (ctx.pos order), from ctx.kv and ctx.slots:
+// per (layer, query head) the scores of the live keys are z-normalised; per KV
+// head the max over its query heads; then the mean over KV heads and layers.
+// kvscope::Error if ctx lacks the keys, or if the calibration does not fit ctx.config.
+std::vector<float> triattention_scores(const TriCalibration& cal, const ScoreContext& ctx);
+
+class TriAttentionPolicy : public EvictionPolicy {
+ public:
+  // One calibration serves every sequence (the engine makes one policy per sequence).
+  explicit TriAttentionPolicy(std::shared_ptr<const TriCalibration> calibration);
+
+  std::string name() const override { return "triattention"; }
+  bool needs_attention() const override { return false; }
+  std::vector<float> scores(const ScoreContext& ctx) override { return triattention_scores(*cal_, ctx); }
+
+ private:
+  std::shared_ptr<const TriCalibration> cal_;
+};
+
+}  // namespace kvscope
