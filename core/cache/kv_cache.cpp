@@ -51,6 +51,10 @@ int PagedKvCache::add_sequence() {
   return int(seqs_.size()) - 1;
 }
 
+bool PagedKvCache::has_sequence(int seq) const {
+  return seq >= 0 && seq < int(seqs_.size()) && seqs_[seq].active;
+}
+
 Sequence& PagedKvCache::seq_ref(int seq) {
   if (seq < 0 || seq >= int(seqs_.size()) || !seqs_[seq].active) throw Error("no sequence " + std::to_string(seq));
   return seqs_[seq];
@@ -67,7 +71,12 @@ void PagedKvCache::free_block(int seq, int block) {
 
 void PagedKvCache::release_sequence(int seq) {
   Sequence& s = seq_ref(seq);
-  for (int b : s.blocks) free_block(seq, b);
+  // Its tokens leave first (events a replay can check), then its blocks.
+  for (int b : s.blocks) {
+    for (int j = 0; j < block_size_; ++j)
+      if (int64_t p = slot_pos_[index({b, j})]; p != kEmpty) emit({EventKind::SlotEvicted, seq, b, j, -1, -1, p});
+    free_block(seq, b);
+  }
   s = Sequence{};  // inactive; the id is not reused
 }
 
@@ -168,7 +177,8 @@ std::vector<Move> PagedKvCache::plan_compaction(int seq) const {
 void PagedKvCache::commit_compaction(int seq, const std::vector<Move>& plan) {
   Sequence& s = seq_ref(seq);
   for (const Move& m : plan) {
-    if (slot_pos_[index(m.from)] != m.pos) throw Error("compaction plan does not match the cache (stale plan?)");
+    if (slot_pos_[index(m.from)] != m.pos || owner_[m.to.block] != seq)
+      throw Error("compaction plan does not match the cache (stale plan?)");
     slot_pos_[index(m.from)] = kEmpty;
     slot_pos_[index(m.to)] = m.pos;
     emit({EventKind::SlotMoved, seq, m.to.block, m.to.slot, m.from.block, m.from.slot, m.pos});

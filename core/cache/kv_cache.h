@@ -90,7 +90,8 @@ class PagedKvCache {
 
   // Reading.
   int64_t position(SlotRef s) const { return slot_pos_[index(s)]; }
-  const Sequence& sequence(int seq) const;
+  const Sequence& sequence(int seq) const;              // throws for an unknown or released id
+  bool has_sequence(int seq) const;                      // added and not released
   std::vector<int64_t> live_positions(int seq) const;  // in logical (table) order
   int slots_in_table(int seq) const;                    // written slots: live + holes
   const BlockPool& pool() const { return pool_; }

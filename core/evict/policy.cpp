@@ -31,17 +31,16 @@ std::vector<int64_t> select_keep(const std::vector<int64_t>& pos, const std::vec
   for (int i = 0; i < n; ++i)
     if (pos[i] < schedule.sinks || i >= n - schedule.recent) keep[i] = 1, ++kept;
 
-  // The rest by score, best first; on equal scores the newer token wins.
+  // The rest by score, best first; on equal scores the newer token wins. Only
+  // the set of the best matters, not their order: nth_element finds it in O(n).
   std::vector<int> order;
   for (int i = 0; i < n; ++i)
     if (!keep[i]) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+  const int take = std::clamp(schedule.budget - kept, 0, int(order.size()));
+  std::nth_element(order.begin(), order.begin() + take, order.end(), [&](int a, int b) {
     return scores[a] > scores[b] || (scores[a] == scores[b] && pos[a] > pos[b]);
   });
-  for (int i : order) {
-    if (kept >= schedule.budget) break;
-    keep[i] = 1, ++kept;
-  }
+  for (int k = 0; k < take; ++k) keep[order[k]] = 1;
   std::vector<int64_t> out;
   for (int i = 0; i < n; ++i)
     if (keep[i]) out.push_back(pos[i]);

@@ -1,0 +1,429 @@
+#include "cache/trace.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <type_traits>
+
+#include "util/error.h"
+
+namespace kvscope {
+
+namespace {
+
+constexpr const char* kMagic = "kvscope-trace";
+constexpr int kVersion = 1;
+constexpr int kNumKinds = int(EventKind::RoundEnd) + 1;
+constexpr int kMaxSequenceId = 1 << 24;   // ids are handed out 0, 1, 2, ...: anything larger is a corrupt stream
+constexpr size_t kChunkEvents = 1 << 16;  // records per read or write: 1.7 MB of buffer
+
+// ---- the 26-byte record ------------------------------------------------------
+
+// Little-endian stores and loads, one byte at a time, so the file is the same on every host.
+template <typename T>
+void put(uint8_t* p, T v) {
+  const auto u = static_cast<std::make_unsigned_t<T>>(v);
+  for (size_t i = 0; i < sizeof(T); ++i) p[i] = uint8_t(u >> (8 * i));
+}
+
+template <typename T>
+T get(const uint8_t* p) {
+  std::make_unsigned_t<T> u = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) u |= std::make_unsigned_t<T>(p[i]) << (8 * i);
+  return static_cast<T>(u);
+}
+
+void encode(const Event& e, uint8_t* r) {
+  put<uint8_t>(r + 0, uint8_t(e.kind));
+  put<uint8_t>(r + 1, 0);
+  put<int16_t>(r + 2, int16_t(e.slot));
+  put<int16_t>(r + 4, int16_t(e.from_slot));
+  put<int32_t>(r + 6, e.seq);
+  put<int32_t>(r + 10, e.block);
+  put<int32_t>(r + 14, e.from_block);
+  put<int64_t>(r + 18, e.pos);
+}
+
+Event decode(const uint8_t* r) {
+  Event e{EventKind(r[0])};
+  e.slot = get<int16_t>(r + 2);
+  e.from_slot = get<int16_t>(r + 4);
+  e.seq = get<int32_t>(r + 6);
+  e.block = get<int32_t>(r + 10);
+  e.from_block = get<int32_t>(r + 14);
+  e.pos = get<int64_t>(r + 18);
+  return e;
+}
+
+// ---- the header line ---------------------------------------------------------
+
+// Metadata values travel as one space-free word: bytes that would break the line
+// (spaces, control characters, '%') become %XX.
+std::string escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c <= ' ' || c == '%' || c == 0x7f) {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+std::string unescape(const std::string& s, const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size() || !std::isxdigit((unsigned char)s[i + 1]) || !std::isxdigit((unsigned char)s[i + 2]))
+      throw file_error(path, "bad %-escape in header value \"" + s + "\"");
+    out += char(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+    i += 2;
+  }
+  return out;
+}
+
+bool is_plain_key(const std::string& k) {
+  if (k.empty()) return false;
+  for (unsigned char c : k)
+    if (!std::isalnum(c) && c != '_' && c != '-' && c != '.') return false;
+  return true;
+}
+
+bool is_reserved_key(const std::string& k) {
+  return k == "block_size" || k == "num_blocks" || k == "strategy" || k == "events";
+}
+
+std::string header_line(const TraceHeader& h, size_t num_events) {
+  std::string line = std::string(kMagic) + " " + std::to_string(kVersion) +
+                     " block_size=" + std::to_string(h.block_size) + " num_blocks=" + std::to_string(h.num_blocks) +
+                     " strategy=" + strategy_name(h.strategy) + " events=" + std::to_string(num_events);
+  for (const auto& [k, v] : h.meta) line += " " + k + "=" + escape(v);
+  return line + "\n";
+}
+
+// A header integer, e.g. "block_size=16" -> 16; the whole value must be a number.
+int64_t header_int(const std::map<std::string, std::string>& fields, const std::string& key, const std::string& path) {
+  auto it = fields.find(key);
+  if (it == fields.end()) throw file_error(path, "header has no " + key + "=");
+  const std::string& v = it->second;
+  size_t used = 0;
+  int64_t n = -1;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || n < 0) throw file_error(path, "header " + key + "=" + v + " is not a count");
+  return n;
+}
+
+struct ParsedHeader {
+  TraceHeader header;
+  size_t num_events = 0;
+};
+
+ParsedHeader parse_header(const std::string& line, const std::string& path) {
+  std::istringstream words(line);
+  std::string magic, version, word;
+  words >> magic >> version;
+  if (magic != kMagic)
+    throw file_error(path, "not a kvscope trace (bad magic: the file must start with \"kvscope-trace\")");
+  if (version != std::to_string(kVersion))
+    throw file_error(path, "trace format version \"" + version + "\" is not supported (this build reads version 1)");
+
+  std::map<std::string, std::string> fields;
+  while (words >> word) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos || !is_plain_key(word.substr(0, eq)))
+      throw file_error(path, "header item \"" + word + "\" is not key=value");
+    fields[word.substr(0, eq)] = unescape(word.substr(eq + 1), path);
+  }
+
+  ParsedHeader p;
+  const int64_t bs = header_int(fields, "block_size", path), nb = header_int(fields, "num_blocks", path);
+  if (bs < 1 || bs > kMaxBlockSize)
+    throw file_error(path, "header block_size=" + std::to_string(bs) + " is out of range [1, " +
+                               std::to_string(kMaxBlockSize) + "]");
+  if (nb < 1 || nb > (int64_t(1) << 30))
+    throw file_error(path, "header num_blocks=" + std::to_string(nb) + " is out of range");
+  p.header.block_size = int(bs);
+  p.header.num_blocks = int(nb);
+  p.num_events = size_t(header_int(fields, "events", path));
+  if (!fields.count("strategy")) throw file_error(path, "header has no strategy=");
+  try {
+    p.header.strategy = parse_strategy(fields["strategy"]);
+  } catch (const Error& e) {
+    throw file_error(path, std::string("header: ") + e.what());
+  }
+  for (auto& [k, v] : fields)
+    if (!is_reserved_key(k)) p.header.meta[k] = v;
+  return p;
+}
+
+// ---- record checks -----------------------------------------------------------
+
+// Ranges only, one record at a time: is every field in range or -1 where the
+// kind has no such field? Whether the events make sense together is Occupancy's job.
+void check_record(const Event& e, const TraceHeader& h, size_t i, const std::string& path) {
+  const auto fail = [&](const std::string& what) {
+    throw file_error(path, "event " + std::to_string(i) + " (" + event_name(e.kind) + "): " + what);
+  };
+  const auto in_range = [](int v, int n) { return v >= 0 && v < n; };
+  if (int(e.kind) >= kNumKinds)
+    throw file_error(path, "event " + std::to_string(i) + ": unknown event kind " + std::to_string(int(e.kind)));
+  if (!in_range(e.seq, kMaxSequenceId)) fail("sequence id " + std::to_string(e.seq) + " out of range");
+
+  const bool round = e.kind == EventKind::RoundBegin || e.kind == EventKind::RoundEnd;
+  const bool slot_event =
+      e.kind == EventKind::SlotWritten || e.kind == EventKind::SlotEvicted || e.kind == EventKind::SlotMoved;
+  const bool move = e.kind == EventKind::SlotMoved;
+  if (round ? e.block != -1 : !in_range(e.block, h.num_blocks))
+    fail("block " + std::to_string(e.block) + " out of range [0, " + std::to_string(h.num_blocks) + ")");
+  if (slot_event ? !in_range(e.slot, h.block_size) : e.slot != -1)
+    fail("slot " + std::to_string(e.slot) + " out of range [0, " + std::to_string(h.block_size) + ")");
+  if (move ? !in_range(e.from_block, h.num_blocks) : e.from_block != -1)
+    fail("source block " + std::to_string(e.from_block) + " out of range");
+  if (move ? !in_range(e.from_slot, h.block_size) : e.from_slot != -1)
+    fail("source slot " + std::to_string(e.from_slot) + " out of range");
+  if ((slot_event || round) && e.pos < 0) fail("position " + std::to_string(e.pos) + " is negative");
+}
+
+}  // namespace
+
+// ---- writing and reading -----------------------------------------------------
+
+void write_trace(const std::string& path, const TraceHeader& header, const EventLog& events) {
+  for (const auto& [k, v] : header.meta)
+    if (!is_plain_key(k) || is_reserved_key(k))
+      throw file_error(path, "trace metadata key \"" + k +
+                                 "\" must be a plain word other than block_size, num_blocks, strategy, events");
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw file_error(path, "cannot open for writing");
+  const std::string line = header_line(header, events.size());
+  out.write(line.data(), std::streamsize(line.size()));
+
+  std::vector<uint8_t> buf(kChunkEvents * kTraceRecordBytes);
+  for (size_t first = 0; first < events.size(); first += kChunkEvents) {
+    const size_t n = std::min(kChunkEvents, events.size() - first);
+    for (size_t i = 0; i < n; ++i) encode(events[first + i], buf.data() + i * kTraceRecordBytes);
+    out.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(n * kTraceRecordBytes));
+  }
+  out.flush();
+  if (!out) throw file_error(path, "write failed (disk full?)");
+}
+
+Trace read_trace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw file_error(path, "cannot open trace");
+  const size_t file_bytes = size_t(in.tellg());
+  in.seekg(0);
+
+  // The header: one line, which must start with the magic.
+  char start[sizeof("kvscope-trace") - 1] = {};
+  in.read(start, sizeof start);
+  if (size_t(in.gcount()) != sizeof start || std::memcmp(start, kMagic, sizeof start) != 0)
+    throw file_error(path, "not a kvscope trace (bad magic: the file must start with \"kvscope-trace\")");
+  in.seekg(0);
+  std::string line;
+  if (!std::getline(in, line) || in.eof()) throw file_error(path, "the header line has no end (file cut short?)");
+  const ParsedHeader p = parse_header(line, path);
+
+  // The size must be exactly header + events x record.
+  const size_t header_bytes = line.size() + 1;
+  const size_t body = file_bytes - header_bytes, want = p.num_events * kTraceRecordBytes;
+  if (body < want)
+    throw file_error(path, "file cut short: the header promises " + std::to_string(p.num_events) + " events (" +
+                               std::to_string(want) + " bytes) but " + std::to_string(body) + " bytes follow it (" +
+                               std::to_string(body / kTraceRecordBytes) + " whole records" +
+                               (body % kTraceRecordBytes ? " and a partial one)" : ")"));
+  if (body > want)
+    throw file_error(
+        path, std::to_string(body - want) + " unexpected bytes after the " + std::to_string(p.num_events) + " events");
+
+  Trace t{p.header, {}};
+  t.events.reserve(p.num_events);
+  std::vector<uint8_t> buf(kChunkEvents * kTraceRecordBytes);
+  for (size_t first = 0; first < p.num_events; first += kChunkEvents) {
+    const size_t n = std::min(kChunkEvents, p.num_events - first);
+    in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(n * kTraceRecordBytes));
+    if (size_t(in.gcount()) != n * kTraceRecordBytes)
+      throw file_error(path, "read failed at event " + std::to_string(first));
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* r = buf.data() + i * kTraceRecordBytes;
+      if (r[1] != 0) throw file_error(path, "event " + std::to_string(first + i) + ": reserved byte is not 0");
+      t.events.push_back(decode(r));
+      check_record(t.events.back(), t.header, first + i, path);
+    }
+  }
+  return t;
+}
+
+std::string describe(const Event& e) {
+  std::string s = std::string(event_name(e.kind)) + " seq " + std::to_string(e.seq);
+  if (e.block >= 0) s += " block " + std::to_string(e.block);
+  if (e.slot >= 0) s += " slot " + std::to_string(e.slot);
+  if (e.kind == EventKind::SlotMoved)
+    s += " <- block " + std::to_string(e.from_block) + " slot " + std::to_string(e.from_slot);
+  if (e.kind == EventKind::RoundBegin || e.kind == EventKind::RoundEnd) return s + " live " + std::to_string(e.pos);
+  if (e.kind != EventKind::BlockAllocated && e.kind != EventKind::BlockFreed) s += " pos " + std::to_string(e.pos);
+  return s;
+}
+
+// ---- replay ------------------------------------------------------------------
+
+Occupancy::Occupancy(int num_blocks, int block_size) : block_size_(block_size) {
+  if (block_size < 1 || block_size > kMaxBlockSize || num_blocks < 1)
+    throw Error("occupancy: needs num_blocks >= 1 and block_size in [1, " + std::to_string(kMaxBlockSize) + "]");
+  slot_pos_.assign(size_t(num_blocks) * block_size, kEmpty);
+  owner_.assign(size_t(num_blocks), -1);
+  block_live_.assign(size_t(num_blocks), 0);
+  alloc_order_.assign(size_t(num_blocks), 0);
+}
+
+int Occupancy::live(int seq) const { return seq >= 0 && seq < int(seqs_.size()) ? seqs_[seq].live : 0; }
+
+std::vector<int> Occupancy::table(int seq) const {
+  std::vector<int> blocks;
+  for (int b = 0; b < num_blocks(); ++b)
+    if (owner_[b] == seq) blocks.push_back(b);
+  std::sort(blocks.begin(), blocks.end(), [&](int a, int b) { return alloc_order_[a] < alloc_order_[b]; });
+  return blocks;
+}
+
+Occupancy::SeqInfo& Occupancy::seq_info(int seq) {
+  if (seq < 0 || seq >= kMaxSequenceId) throw Error("sequence id " + std::to_string(seq) + " out of range");
+  if (seq >= int(seqs_.size())) seqs_.resize(size_t(seq) + 1);
+  return seqs_[seq];
+}
+
+void Occupancy::check_owned(const Event& e, int block) const {
+  if (block < 0 || block >= num_blocks()) throw Error("block " + std::to_string(block) + " out of range");
+  if (owner_[block] != e.seq)
+    throw Error("block " + std::to_string(block) +
+                (owner_[block] < 0 ? " is free" : " belongs to sequence " + std::to_string(owner_[block])));
+}
+
+void Occupancy::apply(const Event& e) {
+  try {
+    seq_info(e.seq);  // checks the id
+    const bool slot_event =
+        e.kind == EventKind::SlotWritten || e.kind == EventKind::SlotEvicted || e.kind == EventKind::SlotMoved;
+    if (slot_event && (e.slot < 0 || e.slot >= block_size_)) throw Error("slot out of range");
+    if (e.kind == EventKind::SlotMoved && (e.from_slot < 0 || e.from_slot >= block_size_))
+      throw Error("source slot out of range");
+    switch (e.kind) {
+      case EventKind::BlockAllocated: allocate(e); break;
+      case EventKind::SlotWritten: write(e); break;
+      case EventKind::SlotEvicted: evict(e); break;
+      case EventKind::SlotMoved: move(e); break;
+      case EventKind::BlockFreed: free(e); break;
+      case EventKind::RoundBegin: round(e, true); break;
+      case EventKind::RoundEnd: round(e, false); break;
+      default: throw Error("unknown event kind " + std::to_string(int(e.kind)));
+    }
+  } catch (const Error& err) {
+    throw Error(describe(e) + ": " + err.what());
+  }
+  ++applied_;
+}
+
+void Occupancy::allocate(const Event& e) {
+  if (e.block < 0 || e.block >= num_blocks()) throw Error("block out of range");
+  if (owner_[e.block] >= 0) throw Error("block is already owned by sequence " + std::to_string(owner_[e.block]));
+  owner_[e.block] = e.seq;
+  alloc_order_[e.block] = ++allocations_;
+  ++seqs_[e.seq].blocks;
+  ++blocks_in_use_;
+}
+
+void Occupancy::write(const Event& e) {
+  check_owned(e, e.block);
+  SeqInfo& s = seqs_[e.seq];
+  int64_t& at = slot_pos_[index(e.block, e.slot)];
+  if (at != kEmpty) throw Error("the slot already holds position " + std::to_string(at));
+  if (e.pos <= s.last_pos)
+    throw Error("position written after position " + std::to_string(s.last_pos) +
+                " (a sequence's positions only grow)");
+  at = e.pos;
+  s.last_pos = e.pos;
+  ++s.live;
+  ++block_live_[e.block];
+}
+
+void Occupancy::evict(const Event& e) {
+  check_owned(e, e.block);
+  int64_t& at = slot_pos_[index(e.block, e.slot)];
+  if (at != e.pos)
+    throw Error(at == kEmpty ? "the slot is already empty" : "the slot holds position " + std::to_string(at));
+  at = kEmpty;
+  --seqs_[e.seq].live;
+  --block_live_[e.block];
+}
+
+void Occupancy::move(const Event& e) {
+  check_owned(e, e.from_block);
+  check_owned(e, e.block);
+  int64_t& from = slot_pos_[index(e.from_block, e.from_slot)];
+  int64_t& to = slot_pos_[index(e.block, e.slot)];
+  if (&from == &to) throw Error("a move onto its own slot");
+  if (from != e.pos)
+    throw Error(from == kEmpty ? "the source slot is empty" : "the source slot holds position " + std::to_string(from));
+  if (to != kEmpty) throw Error("the destination still holds position " + std::to_string(to));
+  to = from;
+  from = kEmpty;
+  --block_live_[e.from_block];
+  ++block_live_[e.block];
+}
+
+void Occupancy::free(const Event& e) {
+  check_owned(e, e.block);
+  SeqInfo& s = seqs_[e.seq];
+  // A block returns to the pool only when empty: even a released sequence's
+  // tokens are evicted (events) before its blocks are freed.
+  if (const int live = block_live_[e.block]; live > 0)
+    throw Error("the block still holds " + std::to_string(live) +
+                " live slot(s) (a block returns to the pool only when empty)");
+  owner_[e.block] = -1;
+  --s.blocks;
+  --blocks_in_use_;
+}
+
+void Occupancy::round(const Event& e, bool begin) {
+  SeqInfo& s = seqs_[e.seq];
+  if (begin == s.in_round) throw Error(begin ? "a round begins inside a round" : "a round ends that never began");
+  if (e.pos != s.live)
+    throw Error("the marker says " + std::to_string(e.pos) + " live tokens, the sequence has " +
+                std::to_string(s.live));
+  s.in_round = begin;
+}
+
+void Occupancy::check_finished() const {
+  for (size_t q = 0; q < seqs_.size(); ++q) {
+    if (seqs_[q].in_round) throw Error("the stream ends inside a round of sequence " + std::to_string(q));
+  }
+}
+
+Occupancy replay(const TraceHeader& header, const EventLog& events, size_t upto) {
+  Occupancy occ(header);
+  const size_t n = std::min(upto, events.size());
+  for (size_t i = 0; i < n; ++i) {
+    try {
+      occ.apply(events[i]);
+    } catch (const Error& e) {
+      throw Error("event " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  if (n == events.size()) occ.check_finished();
+  return occ;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,220 @@
+#include "sim/synthetic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "util/error.h"
+
+namespace kvscope {
+
+// ---- workloads ---------------------------------------------------------------
+
+namespace {
+
+constexpr int kSinkTokens = 4;          // sinks-recency: the first tokens, always important
+constexpr double kRecencyScale = 32;    // sinks-recency: importance halves 32 tokens back
+constexpr double kRecencyNoise = 0.25;  // sinks-recency: noise on top of the decay
+constexpr double kBurstMean = 8;        // clustered: mean burst length, tokens
+constexpr double kGapMean = 56;         // clustered: mean gap between bursts, tokens
+constexpr double kParetoAlpha = 1.16;   // heavy-tailed: 20% of the tokens hold 80% of the importance
+
+// Clustered: a two-state chain; each token ends its run with probability
+// 1 / (mean run length), so run lengths are geometric with those means.
+void draw_clusters(SplitMix64& rng, std::vector<float>& base) {
+  bool burst = false;
+  for (float& x : base) {
+    if (rng.uniform() < 1.0 / (burst ? kBurstMean : kGapMean)) burst = !burst;
+    const double u = rng.uniform();
+    x = float(burst ? 1.0 + u : 0.5 * u);
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& workload_names() {
+  static const std::vector<std::string> names = {"uniform", "sinks-recency", "clustered", "heavy-tailed"};
+  return names;
+}
+
+Workload::Workload(const std::string& name, int64_t tokens, uint64_t seed) : name_(name) {
+  if (name == "uniform")
+    kind_ = Kind::Uniform;
+  else if (name == "sinks-recency")
+    kind_ = Kind::SinksRecency;
+  else if (name == "clustered")
+    kind_ = Kind::Clustered;
+  else if (name == "heavy-tailed")
+    kind_ = Kind::HeavyTailed;
+  else
+    throw Error("unknown workload \"" + name + "\" (choose uniform, sinks-recency, clustered or heavy-tailed)");
+
+  base_.resize(size_t(tokens));
+  SplitMix64 rng(seed);
+  if (kind_ == Kind::Clustered) {
+    draw_clusters(rng, base_);
+    return;
+  }
+  for (float& x : base_) {
+    const double u = rng.uniform();
+    x = float(kind_ == Kind::HeavyTailed ? std::pow(1.0 - u, -1.0 / kParetoAlpha) : u);
+  }
+}
+
+double Workload::importance(int64_t pos, int64_t now) const {
+  if (pos < 0 || pos >= int64_t(base_.size())) throw Error("workload: no token at position " + std::to_string(pos));
+  if (kind_ != Kind::SinksRecency) return base_[size_t(pos)];
+  const double distance = double(now - 1 - pos);  // 0 for the newest token
+  return (pos < kSinkTokens ? 2.0 : 0.0) + 1.0 / (1.0 + distance / kRecencyScale) + kRecencyNoise * base_[size_t(pos)];
+}
+
+std::vector<float> ImportancePolicy::scores(const ScoreContext& ctx) {
+  std::vector<float> s(ctx.pos.size());
+  for (size_t i = 0; i < s.size(); ++i) s[i] = float(workload_.importance(ctx.pos[i], ctx.now));
+  return s;
+}
+
+double expected_blocks_freed(double evicted_fraction, int block_size) { return std::pow(evicted_fraction, block_size); }
+
+// ---- the runner --------------------------------------------------------------
+
+namespace {
+
+// The three policies a simulation can run; the others read the model.
+std::unique_ptr<EvictionPolicy> make_sim_policy(const std::string& name, uint64_t seed, const Workload& workload) {
+  if (name == "random" || name == "streaming") return make_policy(name, seed);
+  if (name == "importance") return std::make_unique<ImportancePolicy>(workload);
+  if (name == "h2o" || name == "snapkv" || name == "triattention" || name == "oracle")
+    throw Error("policy \"" + name + "\" scores tokens from a model's attention or keys, and simulate has no model " +
+                "(use kvscope generate; simulate accepts random, streaming and importance)");
+  throw Error("unknown policy \"" + name + "\" for simulate (choose random, streaming or importance)");
+}
+
+}  // namespace
+
+void check_simulation_config(const SimulationConfig& c) {
+  if (c.tokens < 1 || c.tokens > (int64_t(1) << 30))
+    throw Error("simulate: tokens must be in [1, 2^30], got " + std::to_string(c.tokens));
+  if (c.block_size < 1 || c.block_size > kMaxBlockSize)
+    throw Error("block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
+                std::to_string(c.block_size));
+  if (!(c.evict_fraction >= 0 && c.evict_fraction <= 1))
+    throw Error("simulate: the evicted fraction must be in [0, 1], got " + std::to_string(c.evict_fraction).substr(0, 8));
+  if (c.bytes_per_token < 1) throw Error("simulate: bytes per token must be >= 1");
+  if (c.streaming && !c.schedule.enabled()) throw Error("simulate: streaming mode needs a budget > 0");
+  c.schedule.validate();
+  if (!c.streaming && c.schedule.budget == 0) {
+    const int64_t keep = c.tokens - std::llround(c.evict_fraction * double(c.tokens));
+    if (keep < c.schedule.sinks + c.schedule.recent)
+      throw Error("simulate: keeping " + std::to_string(keep) + " tokens cannot hold the protected " +
+                  std::to_string(c.schedule.sinks) + " sinks + " + std::to_string(c.schedule.recent) + " recent");
+  }
+  const Workload probe(c.workload, 0, 0);  // throws on an unknown name
+  make_sim_policy(c.policy, 0, probe);     // throws on a policy simulate cannot run
+}
+
+namespace {
+
+// One eviction round, as Engine::evict_round runs it: score the live tokens, keep
+// the best `budget`, turn the rest into holes (blocks left empty go back to the
+// pool), and under Compact slide the survivors forward. Returns the slots moved.
+int64_t evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const EvictionSchedule& schedule) {
+  cache.begin_round(seq);
+  std::vector<int64_t> pos = cache.live_positions(seq);
+  std::sort(pos.begin(), pos.end());  // table order is token order, except after hole reuse
+  const ScoreContext ctx{pos, cache.sequence(seq).next_pos};
+  const std::vector<int64_t> evicted = complement(pos, select_keep(pos, policy.scores(ctx), schedule));
+  cache.evict(seq, evicted);
+  policy.forget(evicted);
+  int64_t moves = 0;
+  if (cache.strategy() == MemoryStrategy::Compact) {
+    const std::vector<Move> plan = cache.plan_compaction(seq);
+    moves = int64_t(plan.size());
+    cache.commit_compaction(seq, plan);
+  }
+  cache.end_round(seq);
+  return moves;
+}
+
+// The tokens one-shot mode keeps: the budget if given, else the unevicted share.
+int one_shot_keep(const SimulationConfig& c) {
+  if (c.schedule.budget > 0) return int(std::min<int64_t>(c.schedule.budget, c.tokens));
+  return int(c.tokens - std::llround(c.evict_fraction * double(c.tokens)));
+}
+
+struct Progress {
+  const std::function<void(double)>& report;
+  int64_t total, every;
+  void operator()(int64_t done) const {
+    if (report && (done % every == 0 || done == total)) report(double(done) / double(total));
+  }
+};
+
+// One-shot: a full cache of N tokens, then a single round down to `keep`.
+void run_one_shot(const SimulationConfig& c, PagedKvCache& cache, int seq, EvictionPolicy& policy, SimulationResult& r,
+                  const Progress& progress) {
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    cache.append(seq);
+    progress(t + 1);
+  }
+  r.peak_blocks = cache.pool().num_used();
+  EvictionSchedule round = c.schedule;
+  round.budget = one_shot_keep(c);
+  r.moves += evict_round(cache, seq, policy, round);
+  r.rounds = 1;
+}
+
+// Streaming: the engine's loop without the model. After every token, a round if
+// the live count reached budget + slack.
+void run_streaming(const SimulationConfig& c, PagedKvCache& cache, int seq, EvictionPolicy& policy, SimulationResult& r,
+                   const Progress& progress) {
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    cache.append(seq);
+    r.peak_blocks = std::max(r.peak_blocks, cache.pool().num_used());
+    if (c.schedule.due(cache.sequence(seq).live)) {
+      r.moves += evict_round(cache, seq, policy, c.schedule);
+      ++r.rounds;
+    }
+    progress(t + 1);
+  }
+}
+
+// The share of the workload's total importance held by the live tokens, seen from the end.
+double importance_kept(const Workload& w, const std::vector<int64_t>& live, int64_t tokens) {
+  double kept = 0, total = 0;
+  for (int64_t p : live) kept += w.importance(p, tokens);
+  for (int64_t p = 0; p < tokens; ++p) total += w.importance(p, tokens);
+  return total > 0 ? kept / total : 0;
+}
+
+}  // namespace
+
+SimulationResult simulate(const SimulationConfig& c) {
+  check_simulation_config(c);
+  // The workload and the random policy draw from different streams of the same seed.
+  const Workload workload(c.workload, c.tokens, SplitMix64(c.seed ^ 0x5EED5EED5EED5EEDull).next());
+  const std::unique_ptr<EvictionPolicy> policy = make_sim_policy(c.policy, c.seed, workload);
+
+  SimulationResult r;
+  r.tokens = c.tokens;
+  r.block_size = c.block_size;
+  r.bytes_per_token = c.bytes_per_token;
+  r.blocks_full_cache = int((c.tokens + c.block_size - 1) / c.block_size);
+  // A pool the size of the full cache is always enough: every block in use holds
+  // at least one token, and all but the tail block were written full.
+  PagedKvCache cache(r.blocks_full_cache, c.block_size, c.strategy, c.record_events ? &r.events : nullptr);
+  const int seq = cache.add_sequence();
+
+  const Progress progress{c.progress, c.tokens, std::max<int64_t>(1, c.tokens / 64)};
+  if (c.streaming)
+    run_streaming(c, cache, seq, *policy, r, progress);
+  else
+    run_one_shot(c, cache, seq, *policy, r, progress);
+
+  r.live = cache.sequence(seq).live;
+  r.blocks_in_use = int(cache.sequence(seq).blocks.size());
+  r.importance_kept = importance_kept(workload, cache.live_positions(seq), c.tokens);
+  return r;
+}
+
+}  // namespace kvscope

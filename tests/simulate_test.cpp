@@ -1,0 +1,305 @@
+// Synthetic workloads and the `kvscope simulate` program: the (f)^block_size law
+// of random eviction on a paged cache, what compaction gives back, and the
+// program's output and errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "cache/trace.h"
+#include "sim/synthetic.h"
+#include "test_paths.h"
+#include "util/error.h"
+
+namespace kvscope {
+namespace {
+
+SimulationConfig one_shot(int block_size, MemoryStrategy strategy, uint64_t seed) {
+  SimulationConfig c;
+  c.tokens = 16000;
+  c.block_size = block_size;
+  c.strategy = strategy;
+  c.seed = seed;
+  c.evict_fraction = 0.875;
+  return c;
+}
+
+// The tolerance for the fraction of blocks freed by random one-shot eviction.
+// Each of the B = ceil(16000 / bs) blocks is empty with probability p = f^bs,
+// nearly independently (the evicted set is drawn without replacement, which only
+// narrows the spread), so the count of empty blocks is about Binomial(B, p) and
+// the fraction has standard deviation sqrt(p (1 - p) / B): about 1.0% for
+// bs = 16 (B = 1000, p = 0.118). We allow 4 standard deviations (a chance of
+// 6e-5 per run to fail by bad luck; the seeds are fixed, so the test itself is
+// deterministic) plus 2 blocks, for when B p is too small for the normal
+// approximation (bs = 64: B p = 0.05 empty blocks expected; P(3 or more) ~ 2e-5).
+double law_tolerance(double p, int blocks) { return 4 * std::sqrt(p * (1 - p) / blocks) + 2.0 / blocks; }
+
+// ---- the law ------------------------------------------------------------------
+
+class Law : public ::testing::TestWithParam<int> {};
+
+TEST_P(Law, RandomOneShotFreesFToTheBlockSize) {
+  const int bs = GetParam();
+  const double p = expected_blocks_freed(0.875, bs);
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const SimulationResult r = simulate(one_shot(bs, MemoryStrategy::HolesOnly, seed));
+    EXPECT_EQ(r.live, 2000);
+    EXPECT_DOUBLE_EQ(r.evicted_fraction(), 0.875);
+    EXPECT_NEAR(r.blocks_freed_fraction(), p, law_tolerance(p, r.blocks_full_cache))
+        << "block size " << bs << ", seed " << seed << ": " << r.blocks_full_cache - r.blocks_in_use << " of "
+        << r.blocks_full_cache << " blocks freed";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockSizes, Law, ::testing::Values(1, 4, 16, 64));
+
+TEST(Law, TheIssuesNumbers) {
+  EXPECT_NEAR(expected_blocks_freed(0.875, 16), 0.1181, 1e-4);  // "evicted 87.5%, reclaimed 12%"
+  EXPECT_DOUBLE_EQ(expected_blocks_freed(0.875, 1), 0.875);
+}
+
+TEST(Simulate, CompactionFreesAllButTheSurvivorsBlocks) {
+  for (int bs : {1, 4, 16, 64}) {
+    const SimulationResult r = simulate(one_shot(bs, MemoryStrategy::Compact, 3));
+    const int survivors_blocks = int((r.live + bs - 1) / bs);
+    EXPECT_EQ(r.blocks_in_use, survivors_blocks) << "block size " << bs;
+    EXPECT_DOUBLE_EQ(r.blocks_freed_fraction(), 1.0 - double(survivors_blocks) / r.blocks_full_cache);
+    EXPECT_NEAR(r.blocks_freed_fraction(), 0.875, 0.005);
+    // Block size 1 needs no compaction: every evicted slot was a whole block, and
+    // the table closed up as it went back. Larger blocks move most survivors.
+    if (bs == 1)
+      EXPECT_EQ(r.moves, 0);
+    else
+      EXPECT_GT(r.moves, r.live / 2);
+    EXPECT_LE(r.moves, r.live);
+    EXPECT_EQ(r.bytes_moved(), r.moves * kQwen3_0_6B_F32_BytesPerToken);
+  }
+}
+
+TEST(Simulate, ReuseFreesWhatHolesFreesInOneShot) {
+  // With no token written after the round, there is no hole to reuse.
+  for (uint64_t seed : {1, 2, 3}) {
+    const SimulationResult holes = simulate(one_shot(16, MemoryStrategy::HolesOnly, seed));
+    const SimulationResult reuse = simulate(one_shot(16, MemoryStrategy::ReuseHoles, seed));
+    EXPECT_EQ(holes.blocks_in_use, reuse.blocks_in_use);
+    EXPECT_EQ(holes.bytes_reclaimed(), reuse.bytes_reclaimed());
+    EXPECT_EQ(reuse.moves, 0);
+  }
+}
+
+TEST(Simulate, BytesAreBlocksTimesSlotsTimesBytesPerToken) {
+  SimulationConfig c = one_shot(16, MemoryStrategy::HolesOnly, 1);
+  c.bytes_per_token = 1000;
+  const SimulationResult r = simulate(c);
+  EXPECT_EQ(r.bytes_reclaimed(), int64_t(r.blocks_full_cache - r.blocks_in_use) * 16 * 1000);
+  EXPECT_EQ(r.bytes_moved(), 0);
+  EXPECT_EQ(kQwen3_0_6B_F32_BytesPerToken, 229376);  // 224 KiB
+}
+
+TEST(Simulate, SameSeedSameResultOtherSeedOtherResult) {
+  const SimulationResult a = simulate(one_shot(16, MemoryStrategy::HolesOnly, 11));
+  const SimulationResult b = simulate(one_shot(16, MemoryStrategy::HolesOnly, 11));
+  const SimulationResult c = simulate(one_shot(16, MemoryStrategy::HolesOnly, 12));
+  EXPECT_EQ(a.blocks_in_use, b.blocks_in_use);
+  EXPECT_NE(a.blocks_in_use,
+            c.blocks_in_use);  // 880 vs 885-ish; equal would be a 1-in-30 coincidence, and seeds are fixed
+}
+
+TEST(Simulate, OneShotDownToABudgetWithProtection) {
+  SimulationConfig c = one_shot(16, MemoryStrategy::HolesOnly, 1);
+  c.schedule.budget = 1000;
+  c.schedule.sinks = 4;
+  c.schedule.recent = 32;
+  const SimulationResult r = simulate(c);
+  EXPECT_EQ(r.live, 1000);
+  EXPECT_EQ(r.rounds, 1);
+  c.schedule.budget = 30;
+  EXPECT_THROW(simulate(c), Error);  // cannot hold 4 + 32 protected tokens
+}
+
+// Correlated importance: clustered tokens are kept in runs, so whole blocks empty
+// far more often than the law for scattered tokens says.
+TEST(Simulate, ClusteredImportanceFreesMoreBlocksThanRandom) {
+  SimulationConfig c = one_shot(16, MemoryStrategy::HolesOnly, 1);
+  c.policy = "importance";
+  c.workload = "clustered";
+  const SimulationResult clustered = simulate(c);
+  EXPECT_GT(clustered.blocks_freed_fraction(), 0.4);
+  EXPECT_GT(clustered.importance_kept, 0.3);
+  c.workload = "uniform";  // i.i.d. importance: a random subset again
+  EXPECT_NEAR(simulate(c).blocks_freed_fraction(), 0.118, law_tolerance(0.118, 1000));
+  c.workload = "heavy-tailed";  // the same, but the kept eighth holds far more than an eighth of the importance
+  const SimulationResult heavy = simulate(c);
+  EXPECT_NEAR(heavy.blocks_freed_fraction(), 0.118, law_tolerance(0.118, 1000));
+  EXPECT_GT(heavy.importance_kept, 0.4);
+}
+
+TEST(Workload, DeterministicAndShaped) {
+  const Workload a("clustered", 64000, 5), b("clustered", 64000, 5);
+  int in_bursts = 0;
+  for (int64_t p = 0; p < 64000; ++p) {
+    ASSERT_EQ(a.importance(p, 64000), b.importance(p, 64000));
+    in_bursts += a.importance(p, 64000) >= 1.0;
+  }
+  EXPECT_NEAR(in_bursts / 64000.0, 0.125, 0.03);  // bursts of mean 8 between gaps of mean 56
+
+  const Workload s("sinks-recency", 1000, 5);
+  EXPECT_GT(s.importance(0, 1000), 2.0);    // a sink
+  EXPECT_GT(s.importance(999, 1000), 1.0);  // the newest token
+  EXPECT_LT(s.importance(500, 1000), 0.4);  // far back: the noise decides
+  EXPECT_THROW(Workload("zipf", 10, 1), Error);
+}
+
+// ---- streaming ------------------------------------------------------------------
+
+SimulationConfig streaming(MemoryStrategy strategy, const std::string& policy) {
+  SimulationConfig c;
+  c.tokens = 20000;
+  c.block_size = 16;
+  c.strategy = strategy;
+  c.policy = policy;
+  c.streaming = true;
+  c.schedule = {/*budget=*/512, /*slack=*/256, /*sinks=*/4, /*recent=*/32};
+  return c;
+}
+
+TEST(Streaming, RoundsFollowTheSchedule) {
+  const SimulationResult r = simulate(streaming(MemoryStrategy::Compact, "random"));
+  // The first round at 768 live tokens, then one every 256 tokens.
+  EXPECT_EQ(r.rounds, (20000 - 768) / 256 + 1);
+  EXPECT_LE(r.live, 512 + 256);
+  EXPECT_LE(r.peak_blocks, (512 + 256) / 16 + 1);  // compaction keeps the cache dense
+}
+
+// StreamingLLM evicts the oldest tokens: contiguous runs, so blocks empty whole
+// even without compaction; random eviction leaves survivors in most old blocks.
+TEST(Streaming, ContiguousEvictionNeedsNoCompaction) {
+  const SimulationResult window = simulate(streaming(MemoryStrategy::HolesOnly, "streaming"));
+  EXPECT_LE(window.blocks_in_use, (window.live + 15) / 16 + 2);  // + the sinks' block, + a partial one
+  const SimulationResult random = simulate(streaming(MemoryStrategy::HolesOnly, "random"));
+  EXPECT_GT(random.blocks_in_use, 2 * ((random.live + 15) / 16));
+}
+
+// The recorded stream of a simulation replays to the same end state.
+TEST(Streaming, EventsReplay) {
+  for (MemoryStrategy s : {MemoryStrategy::HolesOnly, MemoryStrategy::ReuseHoles, MemoryStrategy::Compact}) {
+    SimulationConfig c = streaming(s, "random");
+    c.tokens = 3000;
+    c.record_events = true;
+    const SimulationResult r = simulate(c);
+    const Occupancy occ = replay({16, r.blocks_full_cache, s, {}}, r.events);
+    EXPECT_EQ(occ.live(0), r.live);
+    EXPECT_EQ(occ.blocks_in_use(), r.blocks_in_use);
+  }
+}
+
+TEST(Simulate, ConfigErrors) {
+  SimulationConfig c = one_shot(16, MemoryStrategy::HolesOnly, 1);
+  c.policy = "h2o";
+  try {
+    simulate(c);
+    ADD_FAILURE() << "h2o ran without a model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("simulate has no model"), std::string::npos) << e.what();
+  }
+  c.policy = "random";
+  c.evict_fraction = 1.5;
+  EXPECT_THROW(simulate(c), Error);
+  c.evict_fraction = 0.5;
+  c.block_size = 0;
+  EXPECT_THROW(simulate(c), Error);
+  c.block_size = 16;
+  c.streaming = true;  // with no budget
+  EXPECT_THROW(simulate(c), Error);
+}
+
+// ---- the program ------------------------------------------------------------------
+
+struct ProgramRun {
+  int code;
+  std::string output;  // stdout and stderr
+};
+
+ProgramRun run_kvscope(const std::string& args) {
+  const std::string cmd = test::binary_path("kvscope") + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The percentages on the table row that starts with `name`: holes, reuse, compact.
+std::vector<double> row_percentages(const std::string& output, const std::string& name) {
+  std::vector<double> out;
+  const size_t at = output.find("  " + name);
+  if (at == std::string::npos) return out;
+  const std::string line = output.substr(at, output.find('\n', at) - at);
+  for (size_t end = line.find('%'); end != std::string::npos; end = line.find('%', end + 1)) {
+    size_t begin = end;
+    while (begin > 0 && (std::isdigit((unsigned char)line[begin - 1]) || line[begin - 1] == '.')) --begin;
+    out.push_back(std::stod(line.substr(begin, end - begin)));
+  }
+  return out;
+}
+
+TEST(SimulateCommand, TheIssuesCommand) {
+  const ProgramRun r = run_kvscope("simulate --tokens 16000 --evict 0.875 --block-size 16 --policy random");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("holes"), std::string::npos) << r.output;
+  const std::vector<double> freed = row_percentages(r.output, "blocks freed");
+  ASSERT_EQ(freed.size(), 3u) << r.output;
+  const double tol = 100 * law_tolerance(0.118, 1000);
+  EXPECT_NEAR(freed[0], 11.8, tol) << "holes";
+  EXPECT_NEAR(freed[1], 11.8, tol) << "reuse";
+  EXPECT_NEAR(freed[2], 87.5, 0.1) << "compact";
+  EXPECT_EQ(row_percentages(r.output, "tokens evicted"), (std::vector<double>{87.5, 87.5, 87.5}));
+  EXPECT_NE(r.output.find("expected (0.875)^16 = 11.8%"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0 sinks, 0 recent"), std::string::npos) << r.output;
+}
+
+TEST(SimulateCommand, SeedsGiveMeanMinMax) {
+  const ProgramRun r = run_kvscope("simulate --tokens 4000 --seeds 3 --strategy holes");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<double> freed = row_percentages(r.output, "blocks freed");
+  ASSERT_EQ(freed.size(), 3u) << r.output;  // mean, min, max
+  EXPECT_LE(freed[1], freed[0]);
+  EXPECT_LE(freed[0], freed[2]);
+}
+
+TEST(SimulateCommand, TraceFileReplays) {
+  const std::string path = test::binary_path("simulate_test.trace");
+  const ProgramRun r = run_kvscope("simulate --tokens 2000 --budget 256 --slack 64 --strategy compact --trace " + path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Trace t = read_trace(path);
+  EXPECT_EQ(t.header.strategy, MemoryStrategy::Compact);
+  EXPECT_EQ(t.header.meta.at("source"), "simulate");
+  EXPECT_EQ(t.header.meta.at("budget"), "256");
+  EXPECT_NO_THROW(replay(t.header, t.events));
+  std::remove(path.c_str());
+}
+
+void expect_one_line_error(const std::string& args, const std::string& part) {
+  const ProgramRun r = run_kvscope(args);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(r.output.rfind("kvscope: error: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
+  EXPECT_NE(r.output.find(part), std::string::npos) << r.output;
+}
+
+TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
+  expect_one_line_error("simulate --block-size 0", "--block-size must be between 1 and 256, got 0");
+  expect_one_line_error("simulate --evict 1.5", "--evict must be a fraction between 0 and 1, got 1.5");
+  expect_one_line_error("simulate --policy snapkv", "simulate has no model");
+  expect_one_line_error("simulate --trace x.trace", "--trace records one run");
+  expect_one_line_error("simulate --budget 16", "smaller than the protected tokens");
+}
+
+}  // namespace
+}  // namespace kvscope
