@@ -2,6 +2,7 @@
 // and, above all, what it must not change.
 #include <gtest/gtest.h>
 
+#include "cache/trace.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "evict/h2o.h"
@@ -155,6 +156,21 @@ TEST(Engine, GenerateReportsWhatEvictionDid) {
   EXPECT_GT(s.cache.rounds, 0);
   EXPECT_GT(s.cache.evicted_fraction(), 0.5);
   EXPECT_GT(s.cache.blocks_freed_fraction(), 0.5);
+}
+
+TEST(Engine, ARecordedRunReplaysToTheSameCache) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  for (MemoryStrategy strategy : {MemoryStrategy::HolesOnly, MemoryStrategy::ReuseHoles, MemoryStrategy::Compact}) {
+    EventLog events;
+    Engine e(m, config_for(strategy, "h2o", 16), &events);
+    run(m, e, tokens(50));
+    const TraceHeader header{4, 64, strategy, {}};
+    const Occupancy replayed = replay(header, events, events.size());
+    EXPECT_EQ(replayed.live(0), e.stats(0).live);
+    EXPECT_EQ(replayed.table(0), e.cache().sequence(0).blocks);
+    for (int b = 0; b < 64; ++b)
+      for (int j = 0; j < 4; ++j) ASSERT_EQ(replayed.position(b, j), e.cache().position({b, j})) << b << " " << j;
+  }
 }
 
 TEST(Oracle, ScoresAreTheAttentionStillToCome) {

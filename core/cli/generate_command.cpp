@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cache/kv_storage.h"
+#include "cache/trace.h"
 #include "engine/generate.h"
 #include "evict/policy.h"
 #include "model/weights.h"
@@ -38,6 +39,7 @@ struct GenerateArgs {
   int recent = 32;
   double kv_memory_mb = 0;
   std::string calibration;  // TriAttention's query centres (kvscope calibrate)
+  std::string trace;        // where to record the cache's events
 };
 
 WeightFormat parse_weight_format(const std::string& s) {
@@ -80,8 +82,11 @@ void run_generate(const GenerateArgs& a) {
   options.engine.schedule = {a.budget, a.slack, a.sinks, a.recent};
   options.engine.schedule.validate();
   if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, a.calibration, model.config);
-  if (a.kv_memory_mb > 0)
-    options.engine.num_blocks = blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6));
+  options.engine.num_blocks =
+      a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))
+                         : int((prompt.size() + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
+  EventLog events;
+  if (!a.trace.empty()) options.events = &events;
 
   // Stream: the prompt as given, then each completed character as it arrives.
   StreamDecoder stream(tokenizer);
@@ -100,6 +105,14 @@ void run_generate(const GenerateArgs& a) {
                stats.prefill_tokens_per_second(), stats.new_tokens, stats.decode_tokens_per_second(),
                stats.stopped ? " (stopped at end of sequence)" : "");
   print_cache_stats(stats.cache, a);
+
+  if (!a.trace.empty()) {
+    TraceHeader header{a.block_size, options.engine.num_blocks, options.engine.strategy,
+                       {{"source", "generate"}, {"model", a.model_dir}, {"policy", a.budget > 0 ? a.policy : "none"},
+                        {"budget", std::to_string(a.budget)}, {"slack", std::to_string(a.slack)}}};
+    write_trace(a.trace, header, events);
+    std::fprintf(stderr, "trace: %zu events written to %s\n", events.size(), a.trace.c_str());
+  }
 }
 
 }  // namespace
@@ -134,6 +147,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str();
   cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
       ->capture_default_str();
+  cmd->add_option("--trace", args->trace, "Record every cache event of the run to this file (replayable)");
   cmd->callback([args] { run_generate(*args); });
 }
 
