@@ -2,6 +2,7 @@
 // invariant checker, select_keep, a randomized property test against a shadow
 // model, and the trace format with its replay (Occupancy).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -576,7 +577,11 @@ Trace small_run() {
   return t;
 }
 
-std::string trace_path(const std::string& name) { return test::binary_path("cache_test_" + name + ".trace"); }
+// One file per test process and test: ctest runs tests in parallel processes.
+std::string trace_path(const std::string& name) {
+  return test::binary_path("cache_test_" + name + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                           "_" + std::to_string(::getpid()) + ".trace");
+}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

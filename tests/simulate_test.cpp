@@ -2,6 +2,7 @@
 // of random eviction on a paged cache, what compaction gives back, and the
 // program's output and errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cctype>
@@ -274,7 +275,7 @@ TEST(SimulateCommand, SeedsGiveMeanMinMax) {
 }
 
 TEST(SimulateCommand, TraceFileReplays) {
-  const std::string path = test::binary_path("simulate_test.trace");
+  const std::string path = test::binary_path("simulate_test_" + std::to_string(::getpid()) + ".trace");
   const ProgramRun r = run_kvscope("simulate --tokens 2000 --budget 256 --slack 64 --strategy compact --trace " + path);
   ASSERT_EQ(r.code, 0) << r.output;
   const Trace t = read_trace(path);
