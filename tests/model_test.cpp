@@ -139,7 +139,9 @@ TEST(PagedModel, FlashAndEagerAgree) {
   ASSERT_EQ(flash.size(), eager.size());
   float worst = 0;
   for (size_t i = 0; i < flash.size(); ++i) worst = std::max(worst, std::abs(flash[i] - eager[i]));
-  EXPECT_LE(worst, 1e-5f);
+  // Same math, different order of float sums (Eigen's GEMM vs a tile loop), over
+  // 20 decode steps with logits up to ~13 in size: agreement to ~1e-6 relative.
+  EXPECT_LE(worst, 1e-4f);
 }
 
 TEST(PagedModel, PrefillEqualsTokenByTokenDecode) {
