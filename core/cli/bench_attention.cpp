@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "model/attention.h"
 #include "model/config.h"
+#include "util/splitmix64.h"
 
 namespace kvscope::cli {
 
@@ -61,13 +62,8 @@ void run_attention_bench(const AttentionBenchArgs& a) {
   std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max |flash - eager| |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
 
-  uint64_t state = 42;
-  auto uniform = [&state] {  // splitmix64 -> [-1, 1)
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return float((z ^ (z >> 31)) >> 40) / 8388608.0f - 1.0f;
-  };
+  SplitMix64 rng(42);
+  auto uniform = [&rng] { return rng.symmetric(); };
 
   for (int n : a.contexts) {
     std::fprintf(stderr, "context %d...\n", n);

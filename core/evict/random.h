@@ -5,27 +5,22 @@
 #include <cstdint>
 
 #include "evict/policy.h"
+#include "util/splitmix64.h"
 
 namespace kvscope {
 
 class RandomPolicy : public EvictionPolicy {
  public:
-  explicit RandomPolicy(uint64_t seed) : state_(seed) {}
+  explicit RandomPolicy(uint64_t seed) : rng_(seed) {}
   std::string name() const override { return "random"; }
   std::vector<float> scores(const ScoreContext& ctx) override {
     std::vector<float> s(ctx.pos.size());
-    for (float& x : s) x = float(next() >> 40);  // 24 random bits, exact in a float
+    for (float& x : s) x = float(rng_.next() >> 40);  // 24 random bits, exact in a float
     return s;
   }
 
  private:
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  uint64_t state_;
+  SplitMix64 rng_;
 };
 
 }  // namespace kvscope

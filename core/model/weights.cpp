@@ -7,6 +7,7 @@
 
 #include "model/bf16.h"
 #include "util/error.h"
+#include "util/splitmix64.h"
 
 namespace kvscope {
 
@@ -161,15 +162,9 @@ Model random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
   Weights& w = m.weights;
   const auto shapes = expected_shapes(config, true);
 
-  // Uniform values from a splitmix64 stream: cheap enough for 600M weights.
-  uint64_t state = seed;
-  auto uniform = [&state]() {  // in [-1, 1)
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return float(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  };
+  // Uniform values in [-1, 1) from splitmix64: cheap enough for 600M weights.
+  SplitMix64 rng(seed);
+  auto uniform = [&rng] { return rng.symmetric(); };
 
   auto matrix = [&](const std::string& name) {
     const auto& shape = shapes.at(name);

@@ -15,18 +15,10 @@ int argmax(const float* x, int n) {
   return best;
 }
 
-Sampler::Sampler(const SamplerConfig& config) : config_(config), state_(config.seed) {
+Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {
   if (!(config.temperature >= 0) || !std::isfinite(config.temperature)) throw Error("temperature must be >= 0");
   if (config.top_k < 0) throw Error("top-k must be >= 0");
   if (!(config.top_p > 0 && config.top_p <= 1)) throw Error("top-p must be in (0, 1]");
-}
-
-double Sampler::next_uniform() {
-  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);  // splitmix64
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return double(z >> 11) * (1.0 / 9007199254740992.0);  // 53 random bits
 }
 
 int Sampler::sample(const float* logits, int n) {
@@ -60,7 +52,7 @@ int Sampler::sample(const float* logits, int n) {
   for (int i = 0; i < keep; ++i) kept += probs_[i];
 
   // Draw.
-  double r = next_uniform() * kept;
+  double r = rng_.uniform() * kept;
   for (int i = 0; i < keep; ++i) {
     r -= probs_[i];
     if (r < 0) return order_[i];

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/splitmix64.h"
+
 namespace kvscope {
 
 struct SamplerConfig {
@@ -27,9 +29,8 @@ class Sampler {
   int sample(const float* logits, int n);
 
  private:
-  double next_uniform();  // in [0, 1)
   SamplerConfig config_;
-  uint64_t state_;
+  SplitMix64 rng_;
   std::vector<int> order_;     // scratch: candidate ids
   std::vector<double> probs_;  // scratch: their probabilities
 };

@@ -23,23 +23,10 @@
 #include "cache/events.h"
 #include "cache/kv_cache.h"
 #include "evict/policy.h"
+#include "util/splitmix64.h"
 
 namespace kvscope {
 
-// splitmix64 (Steele, Lea, Flood 2014): a 64-bit counter pushed through a mixer.
-// Integer-only, so a seed gives the same numbers on every compiler and machine
-// (the <random> distributions are not specified bit for bit).
-struct SplitMix64 {
-  uint64_t state;
-  explicit SplitMix64(uint64_t seed) : state(seed) {}
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1), 53 random bits
-};
 
 // How important each token is, by a named distribution:
 //   uniform        i.i.d. U[0, 1)
