@@ -28,7 +28,7 @@ LiveSlots live_slots(const PagedKvCache& cache, int seq) {
 
 void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, const LiveSlots& keys,
                      const KvStorage& kv, int layer, AttentionShape shape) {
-  constexpr int kTile = 32;  // keys scored together before the running sums are updated
+  constexpr int kTile = kFlashTile;  // keys scored together before the running sums are updated
   const int hd = shape.head_dim, q_dim = shape.n_heads * hd;
   const int group = shape.n_heads / shape.n_kv_heads;
   const int n = int(keys.slots.size());

@@ -26,6 +26,9 @@ namespace kvscope {
 
 enum class AttentionPath { Flash, Eager };
 
+// The flash path scores this many keys before it updates its running sums.
+constexpr int kFlashTile = 32;
+
 // The slots attention reads for one sequence, in block-table order.
 struct LiveSlots {
   std::vector<SlotRef> slots;    // [n]

@@ -1,0 +1,446 @@
+// doc_check: the tutorials' doc test. Stale text fails, with a diff.
+//
+//   doc_check [--update] [--source-dir DIR] [--build-dir DIR] FILE.md...
+//
+// A chapter quotes its program the way a reader would see it, in a ```console
+// block: each line starting with "$ " is a command, the lines after it (up to
+// the next "$ " or the end of the block) are what it prints.
+//
+//   ```console
+//   $ build/tutorials/03-evict-87-reclaim-12
+//   block size 16: ...
+//   ```
+//
+// For every file, doc_check
+//   1. runs each command from the source directory (a leading "build/" is the
+//      build directory) and requires its standard output to equal the quoted
+//      lines, trailing whitespace and trailing blank lines aside; a difference
+//      is printed as a diff (- quoted in the text, + printed today);
+//   2. requires every number in the prose (outside code blocks) to appear in
+//      what the file's commands print or in their options, so a
+//      sentence cannot go on quoting a number the program no longer prints.
+//      Not numbers, here: digits glued to letters (Qwen3, 0.6B, f32, 16K),
+//      words with a '/' (paths), link texts and targets, HTML comments, list
+//      markers and a heading's leading chapter number;
+//   3. requires each ```cpp block to be an excerpt of the chapter's main.cpp:
+//      every line, trimmed, is a line of the program ("..." lines elide);
+//   4. requires every relative link to name a file or folder that exists.
+//
+// Files without a console block get checks 3 and 4 only. --update rewrites
+// the quoted output with today's (then read the diff and fix the prose).
+// Exit code: 0 when every file passes, 1 otherwise.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string rstrip(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = 0;
+  while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  return rstrip(s.substr(b));
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Lines as compared: trailing whitespace dropped, trailing blank lines dropped.
+std::vector<std::string> normalise(std::vector<std::string> lines) {
+  for (std::string& l : lines) l = rstrip(l);
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+bool read_text(const fs::path& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream s;
+  s << in.rdbuf();
+  out = s.str();
+  return true;
+}
+
+// ---- markdown: fenced blocks -------------------------------------------------
+
+struct Block {
+  std::string info;                // the word after the fence: console, cpp, sh, text, ...
+  size_t open = 0, close = 0;      // line indices of the fences
+};
+
+// A fence: three or more backticks or tildes, possibly indented.
+bool fence(const std::string& line, std::string& marker, std::string& info) {
+  const std::string t = trim(line);
+  if (t.size() < 3 || (t[0] != '`' && t[0] != '~')) return false;
+  size_t n = 0;
+  while (n < t.size() && t[n] == t[0]) ++n;
+  if (n < 3) return false;
+  marker = t.substr(0, n);
+  info = trim(t.substr(n));
+  return true;
+}
+
+std::vector<Block> find_blocks(const std::vector<std::string>& lines, std::vector<bool>& in_block) {
+  std::vector<Block> blocks;
+  in_block.assign(lines.size(), false);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string marker, info;
+    if (!fence(lines[i], marker, info)) continue;
+    Block b;
+    b.info = info.substr(0, info.find_first_of(" \t{"));
+    b.open = i;
+    size_t j = i + 1;
+    for (; j < lines.size(); ++j) {
+      std::string m2, info2;
+      if (fence(lines[j], m2, info2) && m2[0] == marker[0] && m2.size() >= marker.size() && info2.empty()) break;
+    }
+    b.close = j;  // == lines.size() when the block is never closed
+    for (size_t k = i; k <= j && k < lines.size(); ++k) in_block[k] = true;
+    blocks.push_back(b);
+    i = j;
+  }
+  return blocks;
+}
+
+// ---- running a command -------------------------------------------------------
+
+struct RunResult {
+  std::string out;
+  int status = 0;
+};
+
+RunResult run(const std::string& command) {
+  RunResult r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) {
+    r.status = -1;
+    return r;
+  }
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+  const int st = ::pclose(pipe);
+  r.status = (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// ---- diff --------------------------------------------------------------------
+
+// A line diff by longest common subsequence (outputs are a few hundred lines at most).
+// Prints changed lines with two lines of context; `first_line` numbers the quoted lines.
+void print_diff(const std::vector<std::string>& want, const std::vector<std::string>& got, size_t first_line) {
+  const size_t n = want.size(), m = got.size();
+  std::vector<std::vector<int>> lcs(n + 1, std::vector<int>(m + 1, 0));
+  for (size_t i = n; i-- > 0;)
+    for (size_t j = m; j-- > 0;)
+      lcs[i][j] = want[i] == got[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
+  struct Op {
+    char kind;  // ' ', '-', '+'
+    size_t line;  // in the file, for ' ' and '-'; the quoted line it would follow, for '+'
+    std::string text;
+  };
+  std::vector<Op> ops;
+  size_t i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && want[i] == got[j]) {
+      ops.push_back({' ', first_line + i, want[i]}), ++i, ++j;
+    } else if (i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1])) {
+      ops.push_back({'-', first_line + i, want[i]}), ++i;
+    } else {
+      ops.push_back({'+', first_line + i, got[j]}), ++j;
+    }
+  }
+  constexpr size_t kContext = 2;
+  std::vector<bool> show(ops.size(), false);
+  for (size_t k = 0; k < ops.size(); ++k)
+    if (ops[k].kind != ' ')
+      for (size_t c = (k > kContext ? k - kContext : 0); c <= std::min(ops.size() - 1, k + kContext); ++c) show[c] = true;
+  bool gap = false;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (!show[k]) {
+      gap = true;
+      continue;
+    }
+    if (gap) std::cout << "          ...\n";
+    gap = false;
+    char num[32];
+    std::snprintf(num, sizeof num, "%6zu", ops[k].line);
+    std::cout << "  " << (ops[k].kind == '+' ? std::string("      ") : std::string(num)) << " " << ops[k].kind << " "
+              << ops[k].text << "\n";
+  }
+}
+
+// ---- numbers in prose --------------------------------------------------------
+
+bool letter(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool digit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
+
+struct Number {
+  std::string text;
+  size_t at;
+  bool glued;  // part of a word: Qwen3, 0.6B, f32, 16K, sm_90
+};
+
+// Numbers as written: 16, 16,000 (thousands), 0.875, 12.0 (a % sign after is not part of it).
+std::vector<Number> numbers(const std::string& s) {
+  std::vector<Number> out;
+  for (size_t i = 0; i < s.size();) {
+    if (!digit(s[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < s.size() && digit(s[j])) ++j;
+    while (j + 3 < s.size() && s[j] == ',' && digit(s[j + 1]) && digit(s[j + 2]) && digit(s[j + 3]) &&
+           (j + 4 >= s.size() || !digit(s[j + 4])))
+      j += 4;
+    if (j + 1 < s.size() && s[j] == '.' && digit(s[j + 1])) {
+      ++j;
+      while (j < s.size() && digit(s[j])) ++j;
+    }
+    const bool left = i > 0 && (letter(s[i - 1]) || s[i - 1] == '.');
+    // A trailing "x" is a factor ("6.2x faster"), not a glued letter.
+    const bool x_factor = j < s.size() && s[j] == 'x' && (j + 1 >= s.size() || !letter(s[j + 1]));
+    const bool right = j < s.size() && letter(s[j]) && !x_factor;
+    out.push_back({s.substr(i, j - i), i, left || right});
+    i = j;
+  }
+  return out;
+}
+
+// The text with every word that holds a '/' (a path, a URL) blanked out.
+std::string without_paths(std::string s) {
+  for (size_t i = 0; i < s.size();) {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+    size_t j = i;
+    while (j < s.size() && !std::isspace(static_cast<unsigned char>(s[j]))) ++j;
+    if (s.substr(i, j - i).find('/') != std::string::npos) std::fill(s.begin() + i, s.begin() + j, ' ');
+    i = j;
+  }
+  return s;
+}
+
+// Prose with what is not prose blanked out: HTML comments, links (text and
+// target), words with a '/' (paths), list markers and a heading's chapter number.
+std::string prose_only(std::string line, bool& in_comment) {
+  std::string out;
+  for (size_t i = 0; i < line.size();) {
+    if (in_comment) {
+      const size_t end = line.find("-->", i);
+      if (end == std::string::npos) return out;
+      in_comment = false;
+      i = end + 3;
+    } else if (line.compare(i, 4, "<!--") == 0) {
+      in_comment = true;
+      i += 4;
+    } else {
+      out += line[i++];
+    }
+  }
+  // [text](target): both go.
+  for (size_t open = 0; (open = out.find('[', open)) != std::string::npos; ++open) {
+    const size_t mid = out.find(']', open);
+    if (mid == std::string::npos || mid + 1 >= out.size() || out[mid + 1] != '(') continue;
+    const size_t close = out.find(')', mid);
+    if (close == std::string::npos) break;
+    std::fill(out.begin() + open, out.begin() + close + 1, ' ');
+  }
+  out = without_paths(out);
+  // "1. " list markers and "# 3. Title" / "# Chapter 3" heading numbers.
+  size_t k = 0;
+  while (k < out.size() && (out[k] == ' ' || out[k] == '#' || out[k] == '-' || out[k] == '*')) ++k;
+  const bool heading = !out.empty() && trim(out)[0] == '#';
+  if (heading && out.compare(k, 8, "Chapter ") == 0) k += 8;
+  if (k < out.size() && digit(out[k]) && (heading || out.find_first_not_of(' ') == k)) {
+    size_t j = k;
+    while (j < out.size() && digit(out[j])) ++j;
+    if (heading || (j + 1 < out.size() && out[j] == '.' && out[j + 1] == ' ')) std::fill(out.begin() + k, out.begin() + j, ' ');
+  }
+  return out;
+}
+
+// ---- one file ----------------------------------------------------------------
+
+struct Options {
+  fs::path source_dir = ".";
+  fs::path build_dir = "build";
+  bool update = false;
+};
+
+// The command as run: from the source directory, a leading "build/" in the build directory.
+std::string shell_command(const std::string& command, const Options& o) {
+  std::string c = command;
+  if (c.rfind("build/", 0) == 0) c = (o.build_dir / c.substr(6)).string();
+  return "cd '" + o.source_dir.string() + "' && " + c;
+}
+
+bool check_file(const std::string& name, const Options& o) {
+  const fs::path path = fs::path(name).is_absolute() ? fs::path(name) : o.source_dir / name;
+  std::string text;
+  if (!read_text(path, text)) {
+    std::cout << name << ": cannot read the file\n";
+    return false;
+  }
+  std::vector<std::string> lines = split_lines(text);
+  std::vector<bool> in_block;
+  const std::vector<Block> blocks = find_blocks(lines, in_block);
+  bool ok = true;
+  auto fail = [&](size_t line, const std::string& what) {
+    std::cout << name << ":" << line + 1 << ": " << what << "\n";
+    ok = false;
+  };
+
+  std::set<std::string> printed;  // every number the commands print, or are given
+  bool any_console = false;
+  std::vector<std::pair<size_t, std::vector<std::string>>> rewrites;  // --update: (block index, new body)
+
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const Block& b = blocks[bi];
+    if (b.close >= lines.size()) {
+      fail(b.open, "a ``` block is never closed");
+      continue;
+    }
+    if (b.info == "cpp") {  // an excerpt of the chapter's program
+      std::string program;
+      const fs::path main_cpp = path.parent_path() / "main.cpp";
+      if (!read_text(main_cpp, program)) {
+        fail(b.open, "a ```cpp block, but no " + main_cpp.filename().string() + " beside the text to quote from");
+        continue;
+      }
+      std::set<std::string> source_lines;
+      for (const std::string& l : split_lines(program)) source_lines.insert(trim(l));
+      for (size_t k = b.open + 1; k < b.close; ++k) {
+        const std::string t = trim(lines[k]);
+        if (t.empty() || t == "..." || t == "// ...") continue;
+        if (!source_lines.count(t)) fail(k, "this line of a ```cpp block is not in main.cpp: " + t);
+      }
+      continue;
+    }
+    if (b.info != "console") continue;
+    any_console = true;
+    std::vector<std::string> body(lines.begin() + b.open + 1, lines.begin() + b.close);
+    std::vector<std::string> new_body;
+    for (size_t k = 0; k < body.size();) {
+      if (body[k].rfind("$ ", 0) != 0) {
+        fail(b.open + 1 + k, "a ```console block must start with a \"$ command\" line");
+        break;
+      }
+      const std::string command = trim(body[k].substr(2));
+      const size_t first = k + 1;
+      size_t end = first;
+      while (end < body.size() && body[end].rfind("$ ", 0) != 0) ++end;
+      const std::vector<std::string> want = normalise({body.begin() + first, body.begin() + end});
+
+      const RunResult r = run(shell_command(command, o));
+      const std::vector<std::string> got = normalise(split_lines(r.out));
+      for (const std::string& l : got)
+        for (const Number& n : numbers(l)) printed.insert(n.text);
+      for (const Number& n : numbers(without_paths(command))) printed.insert(n.text);  // its options, not its path
+
+      if (r.status != 0) {
+        fail(b.open + 1 + k, "`" + command + "` exited with status " + std::to_string(r.status));
+      } else if (want != got) {
+        fail(b.open + 1 + k, "the output of `" + command + "` is not what the text quotes (- quoted, + printed today):");
+        print_diff(want, got, b.open + 2 + first);
+      }
+      new_body.push_back(body[k]);
+      new_body.insert(new_body.end(), got.begin(), got.end());
+      k = end;
+    }
+    rewrites.push_back({bi, new_body});
+  }
+
+  // Numbers in the prose must be numbers the commands print.
+  if (any_console) {
+    bool in_comment = false;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (in_block[i]) continue;
+      const std::string prose = prose_only(lines[i], in_comment);
+      for (const Number& n : numbers(prose))
+        if (!n.glued && !printed.count(n.text))
+          fail(i, "the number " + n.text + " is in the text but no command of this file prints it");
+    }
+  }
+
+  // Relative links must lead somewhere.
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (in_block[i]) continue;
+    const std::string& l = lines[i];
+    for (size_t at = 0; (at = l.find("](", at)) != std::string::npos;) {
+      const size_t close = l.find(')', at);
+      if (close == std::string::npos) break;
+      std::string target = l.substr(at + 2, close - at - 2);
+      at = close;
+      if (target.empty() || target[0] == '#' || target.find("://") != std::string::npos || target.rfind("mailto:", 0) == 0)
+        continue;
+      target = target.substr(0, target.find('#'));
+      if (!fs::exists(path.parent_path() / target)) fail(i, "the link target " + target + " does not exist");
+    }
+  }
+
+  if (o.update && !rewrites.empty()) {
+    std::vector<std::string> out;
+    size_t next = 0;
+    for (const auto& [bi, body] : rewrites) {
+      const Block& b = blocks[bi];
+      out.insert(out.end(), lines.begin() + next, lines.begin() + b.open + 1);
+      out.insert(out.end(), body.begin(), body.end());
+      next = b.close;
+    }
+    out.insert(out.end(), lines.begin() + next, lines.end());
+    std::ofstream f(path, std::ios::binary);
+    for (const std::string& l : out) f << l << "\n";
+    std::cout << name << ": quoted output updated\n";
+  }
+  if (ok) std::cout << name << ": ok\n";
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--update") {
+      o.update = true;
+    } else if ((a == "--source-dir" || a == "--build-dir") && i + 1 < argc) {
+      (a == "--source-dir" ? o.source_dir : o.build_dir) = argv[++i];
+    } else if (a == "-h" || a == "--help" || a[0] == '-') {
+      std::cerr << "usage: doc_check [--update] [--source-dir DIR] [--build-dir DIR] FILE.md...\n"
+                   "Runs the commands quoted in ```console blocks and checks their output, the numbers\n"
+                   "in the prose, ```cpp excerpts and relative links. Paths are relative to the source dir.\n";
+      return a[0] == '-' && a != "-h" && a != "--help" ? 2 : 0;
+    } else {
+      files.push_back(a);
+    }
+  }
+  o.source_dir = fs::absolute(o.source_dir);
+  o.build_dir = fs::absolute(o.build_dir);
+  bool ok = true;
+  for (const std::string& f : files) ok = check_file(f, o) && ok;
+  if (!ok && !o.update)
+    std::cout << "\nA quoted output is stale? Rebuild, run `build/tutorials/doc_check --update FILE.md` from the\n"
+                 "repository root, read the diff (git diff), and fix every sentence that quotes a changed number.\n";
+  return ok ? 0 : 1;
+}

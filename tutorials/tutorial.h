@@ -1,0 +1,52 @@
+// Small helpers shared by the tutorials' programs: finding the repository's files,
+// and printing numbers the way the chapters quote them.
+#pragma once
+
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+
+#include "util/file.h"
+
+namespace kvscope::tutorial {
+
+// A file of the repository, by its path from the repository root. The programs
+// are run from the root (as the chapters show), and print this relative path;
+// started from elsewhere they find the file through the source directory.
+inline std::string repo_path(const std::string& relative) {
+#ifdef KVSCOPE_SOURCE_DIR
+  if (!file_exists(relative)) return std::string(KVSCOPE_SOURCE_DIR) + "/" + relative;
+#endif
+  return relative;
+}
+
+// 32762123264 -> "32,762,123,264".
+inline std::string commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+// printf into a std::string.
+template <class... Args>
+std::string format(const char* fmt, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+// A fraction as a percentage with one decimal: 0.1184 -> "11.8%".
+inline std::string percent(double fraction) { return format("%.1f%%", 100 * fraction); }
+
+// Bytes in decimal units (1 GB = 1e9 bytes, the unit GPUs are sold in).
+inline std::string bytes(double b) {
+  if (b >= 1e9) return format("%.2f GB", b / 1e9);
+  if (b >= 1e6) return format("%.1f MB", b / 1e6);
+  if (b >= 1e3) return format("%.1f kB", b / 1e3);
+  return format("%.0f B", b);
+}
+
+}  // namespace kvscope::tutorial
