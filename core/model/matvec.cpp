@@ -66,6 +66,8 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "model/bf16.h"
+
 namespace kvscope {
 namespace {
 
@@ -105,8 +107,8 @@ inline float dot_f32(const float* w, const float* x, int cols) {
 
 // 16 bf16 weights (32 bytes) -> 16 exact f32: zero-extend each 16-bit value to 32
 // bits (vpmovzxwd, which also does the load) and shift it into the high half
-// (vpslld 16): the bf16 bits ARE the top half of the f32.  (_mm512_cvtpbh_ps of
-// AVX512_BF16 compiles to the same two instructions.)
+// (vpslld 16): the bf16 bits ARE the top half of the f32.  (AVX512_BF16's
+// _mm512_cvtpbh_ps is no faster: GCC defines it as this same extend-and-shift.)
 inline __m512 widen_bf16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -142,13 +144,6 @@ inline float dot_bf16(const uint16_t* w, const float* x, int cols) {
 // separate ones into one vector register of whatever width the target has.
 constexpr int kLanes = 16;
 
-inline float bf16_bits_to_f32(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 template <typename Load>
 inline float dot_portable(Load load, const float* x, int cols) {
   float acc[kLanes] = {};
@@ -166,7 +161,7 @@ inline float dot_f32(const float* w, const float* x, int cols) {
 }
 
 inline float dot_bf16(const uint16_t* w, const float* x, int cols) {
-  return dot_portable([w](int c) { return bf16_bits_to_f32(w[c]); }, x, cols);
+  return dot_portable([w](int c) { return bf16_to_f32(w[c]); }, x, cols);
 }
 
 #endif
