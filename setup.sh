@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvscope set-up: install what is needed, build, then run the demo or the tests.
 #
-#   bash setup.sh          install, build, run the main job (kvscope generate)
+#   bash setup.sh          install, build, run the main job: the desktop app (kvscope-viz);
+#                          with no display it says so and writes a screenshot instead
 #   bash setup.sh test     install, build, run the whole test suite
 #   bash setup.sh build    install and build only
 #   bash setup.sh sanitize install, build the CPU code with AddressSanitizer and
@@ -19,6 +20,7 @@ packages=(
   build-essential cmake pkg-config
   libeigen3-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libbenchmark-dev
+  libimgui-dev libglfw3-dev libgl-dev libstb-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core
 )
 
 install_packages() {
@@ -53,10 +55,15 @@ install_packages
 case "$mode" in
   demo)
     build
-    # Until a trained model is bundled in assets/model, the demo runs a tiny
-    # random-weight test model: real code path, meaningless text.
-    echo "== kvscope generate --model tests/models/tiny-tied (random weights)"
-    ./build/kvscope generate --model tests/models/tiny-tied --prompt "Once upon a time" -n 48 --seed 1
+    if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
+      echo "== kvscope-viz (close the window to quit)"
+      ./build/kvscope-viz
+    else
+      echo "== no display: kvscope-viz needs one for its window, so it renders a screenshot"
+      echo "   under a virtual X server instead (open kvscope-screenshot.png to see it)"
+      xvfb-run -a ./build/kvscope-viz --screenshot kvscope-screenshot.png --scenario blog-16k-random --size 1600x1000
+      echo "== wrote kvscope-screenshot.png"
+    fi
     ;;
   test)
     install_reference_tokenizer

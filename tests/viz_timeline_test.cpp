@@ -1,0 +1,317 @@
+// The visualiser's model (viz/): the timeline replays recorded runs exactly,
+// steps land where they say, two strategies stay in step, and the counters the
+// app shows agree with simulate() at the end of a run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "sim/synthetic.h"
+#include "util/error.h"
+#include "scenarios.h"
+#include "timeline.h"
+
+namespace kvscope::viz {
+namespace {
+
+// Everything an Occupancy shows, compared slot by slot.
+void expect_same(const Occupancy& a, const Occupancy& b) {
+  ASSERT_EQ(a.num_blocks(), b.num_blocks());
+  ASSERT_EQ(a.block_size(), b.block_size());
+  EXPECT_EQ(a.blocks_in_use(), b.blocks_in_use());
+  for (int blk = 0; blk < a.num_blocks(); ++blk) {
+    ASSERT_EQ(a.owner(blk), b.owner(blk)) << "block " << blk;
+    ASSERT_EQ(a.live_in_block(blk), b.live_in_block(blk)) << "block " << blk;
+    for (int s = 0; s < a.block_size(); ++s) ASSERT_EQ(a.position(blk, s), b.position(blk, s)) << blk << "/" << s;
+  }
+  EXPECT_EQ(a.num_sequences(), b.num_sequences());
+  for (int q = 0; q < a.num_sequences(); ++q) EXPECT_EQ(a.live(q), b.live(q));
+}
+
+void expect_same(const Counters& a, const Counters& b) {
+  EXPECT_EQ(a.written, b.written);
+  EXPECT_EQ(a.evicted, b.evicted);
+  EXPECT_EQ(a.moved, b.moved);
+  EXPECT_EQ(a.rounds, b.rounds);
+  EXPECT_EQ(a.blocks_in_use, b.blocks_in_use);
+  EXPECT_EQ(a.full_cache_blocks, b.full_cache_blocks);
+}
+
+RunSettings small_one_shot() {
+  RunSettings s;  // the blog's run, smaller
+  s.tokens = 2000;
+  s.evict_fraction = 0.875;
+  return s;
+}
+
+RunSettings small_streaming(const std::string& policy = "random", const std::string& workload = "uniform") {
+  RunSettings s;
+  s.streaming = true;
+  s.tokens = 1500;
+  s.budget = 128;
+  s.slack = 32;
+  s.sinks = 4;
+  s.recent = 16;
+  s.policy = policy;
+  s.workload = workload;
+  return s;
+}
+
+TEST(VizTimeline, StepForwardThenBackRestoresTheOccupancy) {
+  const Recording rec = record(small_streaming(), {});
+  for (const auto& run : rec.runs) {
+    Timeline t(run);
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 40; ++trial) {
+      const size_t at = std::uniform_int_distribution<size_t>(0, t.size())(rng);
+      t.seek(at);
+      const Occupancy before = t.occupancy();
+      const Counters counted = t.counters();
+      std::vector<bool> used;
+      for (int b = 0; b < before.num_blocks(); ++b)
+        for (int j = 0; j < before.block_size(); ++j) used.push_back(t.used(b, j));
+      const int k = std::uniform_int_distribution<int>(1, 50)(rng);
+      for (int i = 0; i < k; ++i) t.seek(t.next(Unit::Event, t.cursor()));
+      for (int i = 0; i < k && t.cursor() > 0; ++i) t.seek(t.prev(Unit::Event, t.cursor()));
+      if (at + size_t(k) > t.size()) t.seek(at);  // the end clamps the steps forward
+      ASSERT_EQ(t.cursor(), at);
+      expect_same(t.occupancy(), before);
+      expect_same(t.counters(), counted);
+      for (int b = 0; b < before.num_blocks(); ++b)
+        for (int j = 0; j < before.block_size(); ++j) ASSERT_EQ(t.used(b, j), used[size_t(b * before.block_size() + j)]);
+      // And the same as a fresh replay of that many events.
+      expect_same(t.occupancy(), replay(run->header, run->events, at));
+    }
+  }
+}
+
+TEST(VizTimeline, SeekingBackwardsMatchesAReplayFromTheStart) {
+  const Recording rec = record(small_one_shot(), {});
+  Timeline t(rec.runs[1]);
+  for (size_t at : {t.size(), t.size() / 2, size_t(1), t.size() - 1, size_t(0), t.size() / 3}) {
+    t.seek(at);
+    expect_same(t.occupancy(), replay(rec.runs[1]->header, rec.runs[1]->events, at));
+  }
+}
+
+TEST(VizTimeline, RoundAndMoveStepsLandOnTheirEvents) {
+  const Recording rec = record(small_streaming(), {});
+  Timeline t(rec.runs[1]);  // compact
+  ASSERT_GT(t.rounds(), 3u);
+  int rounds = 0;
+  while (t.cursor() < t.size()) {
+    t.seek(t.next(Unit::Round, t.cursor()));
+    if (t.cursor() == t.size() && t.event(t.size() - 1).kind != EventKind::RoundEnd) break;  // tokens after the last round
+    ASSERT_EQ(t.event(t.cursor() - 1).kind, EventKind::RoundEnd);
+    EXPECT_FALSE(t.in_round());
+    EXPECT_EQ(t.counters().rounds, ++rounds);
+  }
+  EXPECT_EQ(size_t(rounds), t.rounds());
+  // Back by rounds: each lands just after the previous round's end (or at 0).
+  while (t.cursor() > 0) {
+    t.seek(t.prev(Unit::Round, t.cursor()));
+    if (t.cursor() > 0) {
+      ASSERT_EQ(t.event(t.cursor() - 1).kind, EventKind::RoundEnd);
+    }
+  }
+  // Moves and tokens.
+  const size_t m = t.next(Unit::Move, 0);
+  ASSERT_LT(m, t.size());
+  EXPECT_EQ(t.event(m - 1).kind, EventKind::SlotMoved);
+  EXPECT_EQ(t.event(t.next(Unit::Token, 5) - 1).kind, EventKind::SlotWritten);
+}
+
+TEST(VizTimeline, CountersAtTheEndMatchSimulate) {
+  for (const RunSettings& s : {small_one_shot(), small_streaming(), small_streaming("importance", "sinks-recency")}) {
+    const Recording rec = record(s, {});
+    ASSERT_EQ(rec.runs.size(), 2u);
+    for (const auto& run : rec.runs) {
+      SimulationConfig c;
+      c.tokens = s.tokens;
+      c.block_size = s.block_size;
+      c.strategy = run->header.strategy;
+      c.policy = s.policy;
+      c.workload = s.workload;
+      c.seed = s.seed;
+      c.streaming = s.streaming;
+      c.evict_fraction = s.evict_fraction;
+      c.schedule = {s.streaming ? s.budget : 0, s.slack, s.sinks, s.recent};
+      const SimulationResult r = simulate(c);
+      Timeline t(run);
+      t.seek(t.size());
+      const Counters& k = t.counters();
+      EXPECT_EQ(k.written, r.tokens);
+      EXPECT_EQ(k.live(), r.live);
+      EXPECT_EQ(k.blocks_in_use, r.blocks_in_use);
+      EXPECT_EQ(k.full_cache_blocks, r.blocks_full_cache);
+      EXPECT_EQ(k.peak_blocks, r.peak_blocks);
+      EXPECT_EQ(k.rounds, r.rounds);
+      EXPECT_EQ(k.moved, r.moves);
+      EXPECT_DOUBLE_EQ(k.evicted_fraction(), r.evicted_fraction());
+      EXPECT_DOUBLE_EQ(k.blocks_freed_fraction(), r.blocks_freed_fraction());
+      EXPECT_EQ(k.bytes_moved(), r.bytes_moved());
+      EXPECT_EQ(k.bytes_reclaimed(), r.bytes_reclaimed());
+    }
+  }
+}
+
+TEST(VizTimeline, TheBlogScenarioMakesThePoint) {
+  const Recording rec = record(find_scenario("blog-16k-random")->settings, {});
+  Timeline holes(rec.runs[0]), compact(rec.runs[1]);
+  holes.seek(holes.size());
+  compact.seek(compact.size());
+  EXPECT_NEAR(holes.counters().evicted_fraction(), 0.875, 1e-9);
+  EXPECT_NEAR(holes.counters().blocks_freed_fraction(), 0.118, 0.03);  // 0.875^16
+  EXPECT_NEAR(compact.counters().blocks_freed_fraction(), 0.875, 0.001);
+}
+
+TEST(VizTimeline, ImportanceShadingUsesTheWorkloadSimulateRanksBy) {
+  // One-shot by importance keeps the top scores: every kept token must score at
+  // least as high as every evicted one under the app's copy of the workload.
+  RunSettings s = small_one_shot();
+  s.policy = "importance";
+  s.workload = "heavy-tailed";
+  const Recording rec = record(s, {});
+  Timeline t(rec.runs[0]);
+  t.seek(t.size());
+  ScoresAt scores(t.run(), t.cursor(), t.counters().next_pos);
+  double min_kept = 1e300, max_evicted = -1e300;
+  for (int64_t p = 0; p < s.tokens; ++p) {
+    const double v = *scores(0, p);
+    if (t.locate(0, p).block >= 0)
+      min_kept = std::min(min_kept, v);
+    else
+      max_evicted = std::max(max_evicted, v);
+  }
+  EXPECT_GE(min_kept, max_evicted);
+}
+
+TEST(VizSession, TwoStrategiesStayInStep) {
+  const Recording rec = record(small_streaming(), {});
+  Session session(rec.runs);
+  ASSERT_EQ(session.views(), 2);
+  EXPECT_EQ(session.primary(), 1);  // compaction drives the clock
+  const Timeline& holes = session.view(0);
+  const Timeline& compact = session.view(1);
+  // Round by round, both have seen the same tokens and keep the same ones.
+  while (session.cursor() < session.length()) {
+    session.step(Unit::Round, +1);
+    EXPECT_EQ(holes.counters().written, compact.counters().written);
+    EXPECT_EQ(holes.counters().live(), compact.counters().live());
+    EXPECT_EQ(holes.counters().rounds, compact.counters().rounds);
+    for (int64_t p = 0; p < compact.counters().next_position(0); p += 7)
+      ASSERT_EQ(holes.locate(0, p).block >= 0, compact.locate(0, p).block >= 0) << "position " << p;
+  }
+  EXPECT_EQ(holes.cursor(), holes.size());
+  // Compaction never holds more blocks than holes.
+  EXPECT_LE(compact.counters().blocks_in_use, holes.counters().blocks_in_use);
+}
+
+TEST(VizSession, PlaybackSlidesEachCompactionBatchAndReachesTheEnd) {
+  const Recording rec = record(small_streaming(), {});
+  Session session(rec.runs);
+  session.speed = 5000;
+  session.toggle_play();
+  int slides = 0, frames = 0;
+  bool was_sliding = false;
+  while ((session.playing || session.slide()) && frames < 100000) {
+    session.update(1.0 / 60);
+    ++frames;
+    if (const Session::Slide* s = session.slide()) {
+      if (!was_sliding) {
+        ++slides;
+        // The clock waits before the batch: its first event is a move not yet applied.
+        EXPECT_EQ(session.cursor(), s->begin);
+        EXPECT_EQ(session.primary_view().event(s->begin).kind, EventKind::SlotMoved);
+        // The other view has done the round's evictions already.
+        EXPECT_TRUE(session.view(0).in_round());
+      }
+      was_sliding = true;
+    } else {
+      was_sliding = false;
+    }
+  }
+  EXPECT_EQ(session.cursor(), session.length());
+  EXPECT_GT(slides, 0);
+  EXPECT_LE(size_t(slides), session.primary_view().rounds());
+  // Chart series: from nothing to the end state.
+  ASSERT_FALSE(session.history().empty());
+  EXPECT_EQ(session.history().front().x, 0u);
+  EXPECT_EQ(session.history().back().x, session.length());
+  EXPECT_FLOAT_EQ(session.history().back().run[1].freed, float(session.view(1).counters().blocks_freed_fraction()));
+}
+
+TEST(VizScenarios, SharedPoolRunsReplayCleanly) {
+  const Scenario* s = find_scenario("three-sequences");
+  ASSERT_NE(s, nullptr);
+  RunSettings settings = s->settings;
+  settings.tokens = 800;
+  settings.budget = 96;
+  settings.slack = 32;
+  const Recording rec = record(settings, {});
+  for (const auto& run : rec.runs) {
+    Occupancy occ = replay(run->header, run->events);  // throws on any inconsistency
+    occ.check_finished();
+    EXPECT_EQ(occ.num_sequences(), 3);
+    Timeline t(run);
+    t.seek(t.size());
+    EXPECT_GT(t.counters().rounds, 3);
+  }
+  // One-shot, hole reuse next to compaction: one round per sequence at the end.
+  settings.streaming = false;
+  settings.policy = "random";
+  settings.strategies = {MemoryStrategy::ReuseHoles, MemoryStrategy::Compact};
+  const Recording one_shot = record(settings, {});
+  Session session(one_shot.runs);
+  session.seek(session.length());
+  for (int v = 0; v < 2; ++v) {
+    EXPECT_EQ(session.view(v).counters().rounds, 3);
+    EXPECT_NEAR(session.view(v).counters().evicted_fraction(), 0.875, 0.01);
+  }
+  EXPECT_EQ(session.view(0).cursor(), session.view(0).size());
+}
+
+TEST(VizScenarios, EveryScenarioHasAUniqueNameAndRecordsWithoutAModel) {
+  std::vector<std::string> names;
+  for (const Scenario& s : scenarios()) names.push_back(s.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+  for (const char* name : {"blog-16k-random", "streaming-budget", "compaction-on-off", "h2o-model", "triattention-model"})
+    EXPECT_NE(find_scenario(name), nullptr) << name;
+  // A model scenario with no model falls back to the synthetic stand-in and says so.
+  const Recording rec = record(find_scenario("h2o-model")->settings, {});
+  EXPECT_EQ(rec.settings.source, Source::Synthetic);
+  EXPECT_NE(rec.note.find("no model"), std::string::npos);
+}
+
+TEST(VizScenarios, ModelRunsRecordScoresAndText) {
+  const ModelSource tiny{std::string(KVSCOPE_SOURCE_DIR) + "/tests/models/tiny-tied", ""};
+  RunSettings s = find_scenario("h2o-model")->settings;
+  s.tokens = 96;
+  const Recording rec = record(s, tiny);
+  ASSERT_EQ(rec.runs.size(), 2u);
+  EXPECT_EQ(rec.settings.source, Source::Model);
+  for (const auto& run : rec.runs) {
+    Timeline t(run);  // replays (and checks) the engine's events
+    t.seek(t.size());
+    ASSERT_FALSE(run->round_scores.empty());
+    EXPECT_EQ(size_t(t.counters().rounds), run->round_scores.size());
+    for (const RoundScores& r : run->round_scores) EXPECT_EQ(run->events[r.event].kind, EventKind::RoundBegin);
+    ASSERT_EQ(run->token_text.size(), 1u);
+    EXPECT_GE(int64_t(run->token_text[0].size()), t.counters().written);
+    EXPECT_GT(run->bytes_per_token, 0);
+  }
+  // Hole reuse and compaction leave the same tokens (the same text, the same choices).
+  EXPECT_EQ(rec.runs[0]->token_text, rec.runs[1]->token_text);
+  // TriAttention without a calibration file says how to make one.
+  s.policy = "triattention";
+  try {
+    record(s, tiny);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kvscope calibrate"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvscope::viz

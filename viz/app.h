@@ -1,0 +1,118 @@
+// App: the window's state, and the frame that draws it.
+//
+// The model lives in timeline.h (Session: the recorded runs, the replayed
+// Occupancy at the cursor, the counters, playback) and scenarios.h (what to
+// record). App holds one Session plus what only the screen needs: the settings
+// being edited, what the mouse points at, where each view was drawn. Every
+// frame the draw_* functions (one file each) read the Session and draw it; none
+// of them changes the cache state except through Session's seek/step/play.
+//
+//   draw_controls.cpp  the left panel: scenario and settings, counters, legend
+//                      and the transport bar (play, step, speed, the timeline)
+//   draw_pool.cpp      the block pool: every block a row of block_size slots
+//   draw_sequence.cpp  the sequence: tokens in logical order, kept or evicted
+//   draw_charts.cpp    the counters over time, with the (evicted)^B law
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "imgui.h"
+#include "scenarios.h"
+#include "timeline.h"
+
+namespace kvscope::viz {
+
+// What the mouse points at. The views fill App::hover during a frame; every
+// view highlights App::hovered (the previous frame's), so a token under the
+// mouse in one view lights up in the others.
+struct Hover {
+  int seq = -1;
+  int64_t pos = -1;  // the token, when the mouse is on one
+  int view = -1, block = -1, slot = -1;  // the pool slot under the mouse, if any
+  bool token() const { return seq >= 0 && pos >= 0; }
+};
+
+// Where a pool view put its blocks: columns of blocks, each block a row of
+// block_size slots. Slot edges are whole pixels, so slots tile without seams.
+struct PoolGeometry {
+  ImVec2 origin{0, 0};
+  int blocks = 0, block_size = 0;
+  int columns = 1;
+  float block_w = 0, slot_w = 0, slot_h = 0;  // a block's width (slots + gap), a slot's size
+  float gap_x = 0, gap_y = 0;
+  bool drawn = false;
+
+  float slot_x(int block, int slot) const;  // left edge (whole pixels)
+  float block_y(int block) const;           // top edge
+  ImVec2 slot_min(int block, int slot) const { return {slot_x(block, slot), block_y(block)}; }
+  ImVec2 slot_max(int block, int slot) const { return {slot_x(block, slot + 1), block_y(block) + slot_h}; }
+  bool hit(ImVec2 p, int& block, int& slot) const;
+};
+// The columns that make slots as large as possible in `size`.
+PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size);
+
+class App {
+ public:
+  explicit App(ModelSource model);
+
+  // Records a scenario now (blocking) and shows it. kvscope::Error if it cannot run.
+  void load(const Scenario& scenario);
+  // Records the edited settings, or a scenario, in the background (the old run
+  // stays on screen until the new one is ready).
+  void record_async();
+  void load_async(const Scenario& scenario);
+
+  // One frame of the whole window: call between ImGui::NewFrame() and ImGui::Render().
+  void frame(float dt);
+
+  // The headline: "blog-16k-random: evicted 87.5% — freed 12% (holes) vs 87% (compact)".
+  std::string headline() const;
+
+  // --verify: reads the pixels of the last frame (RGBA, top row first) back
+  // into slot classes (free, live, hole) by the palette, and compares them with
+  // the replayed occupancy of every pool view. Returns a report; ok = no mismatch.
+  std::string verify(const std::vector<uint8_t>& rgba, int width, int height, bool& ok) const;
+
+  // State the draw_*.cpp functions read and write.
+  ModelSource model;
+  std::string scenario;   // the scenario last loaded ("" once the settings were edited and re-recorded)
+  std::string summary;    // its one-line description
+  RunSettings edit;       // the controls' settings (recorded by record_async)
+  Recording recording;    // what is shown
+  std::unique_ptr<Session> session;
+  // A recording in the background: the runs, and their Session (replayed and charted there too).
+  struct Recorded {
+    Recording recording;
+    std::unique_ptr<Session> session;
+  };
+  std::future<Recorded> pending;
+  std::optional<Scenario> pending_scenario;  // what `pending` records, when a scenario
+  std::string error;      // the last recording's failure, shown until the next one
+  Hover hover, hovered;   // this frame's, the last frame's
+  PoolGeometry pools[2];
+  Unit step_unit = Unit::Event;
+  ImFont* title_font = nullptr;
+  bool screenshot = false;  // headless: no background recording, no mouse
+
+ private:
+  void adopt(Recorded rec);
+  void keyboard();
+};
+
+// The views (each in its own file).
+void draw_controls(App& app, ImVec2 size);
+void draw_transport(App& app, float width);
+void draw_legend(App& app);
+void draw_pool(App& app, int view, ImVec2 size);
+void draw_sequence(App& app, ImVec2 size);
+void draw_charts(App& app, ImVec2 size);
+
+// A strategy as a title: "holes only", "hole reuse", "compaction".
+const char* strategy_title(MemoryStrategy s);
+
+}  // namespace kvscope::viz

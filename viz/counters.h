@@ -1,0 +1,69 @@
+// Counters: every number the app shows about a run, and where it comes from.
+//
+// They are counted from the events as the timeline applies them, plus the
+// replayed Occupancy (cache/trace.h) for what is in use now. The definitions
+// are those of `kvscope simulate` and the engine's SequenceStats, so the app
+// and the command line agree to the digit at the end of a run:
+//
+//   tokens written     SlotWritten events (= the positions used, all sequences)
+//   tokens evicted     SlotEvicted events; evicted % = evicted / written
+//   live tokens        written - evicted
+//   full-cache blocks  per sequence ceil(positions used / block_size), summed: what
+//                      the same tokens would take with no eviction
+//   blocks in use      Occupancy::blocks_in_use() (the pool's blocks owned by a sequence)
+//   blocks freed %     1 - blocks in use / full-cache blocks
+//   memory in use      blocks in use x block_size x bytes per token
+//   bytes reclaimed    (full-cache blocks - blocks in use) x block_size x bytes per token
+//   bytes moved        SlotMoved events x bytes per token (compaction's copies)
+//   rounds             RoundEnd events
+//   expected freed     (evicted %)^block_size: the law for random eviction with holes
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/events.h"
+#include "cache/trace.h"
+
+namespace kvscope::viz {
+
+struct Counters {
+  int block_size = 16;
+  int64_t bytes_per_token = 0;
+
+  std::vector<int64_t> next_pos;  // [seq] one past the last position written
+  int64_t written = 0;            // SlotWritten events
+  int64_t evicted = 0;            // SlotEvicted events
+  int64_t moved = 0;              // SlotMoved events
+  int64_t full_cache_blocks = 0;  // sum over sequences of ceil(next_pos / block_size)
+  int blocks_in_use = 0;          // from the Occupancy after the event
+  int peak_blocks = 0;            // the most blocks in use so far
+  int rounds = 0;                 // RoundEnd events
+
+  Counters() = default;
+  Counters(int block_size_, int64_t bytes_per_token_) : block_size(block_size_), bytes_per_token(bytes_per_token_) {}
+
+  // Counts one event; `after` is the occupancy with the event applied.
+  void count(const Event& e, const Occupancy& after);
+
+  int64_t live() const { return written - evicted; }
+  double evicted_fraction() const { return written ? double(evicted) / double(written) : 0.0; }
+  // Not below 0: between a block's allocation and its first token the cache
+  // holds one block more than the tokens written so far need.
+  double blocks_freed_fraction() const {
+    return full_cache_blocks && blocks_in_use < full_cache_blocks
+               ? 1.0 - double(blocks_in_use) / double(full_cache_blocks)
+               : 0.0;
+  }
+  double expected_freed_fraction() const;  // (evicted fraction)^block_size
+  int64_t bytes_per_block() const { return int64_t(block_size) * bytes_per_token; }
+  int64_t memory_in_use() const { return int64_t(blocks_in_use) * bytes_per_block(); }
+  int64_t memory_full_cache() const { return full_cache_blocks * bytes_per_block(); }
+  int64_t bytes_reclaimed() const {
+    return full_cache_blocks > blocks_in_use ? (full_cache_blocks - blocks_in_use) * bytes_per_block() : 0;
+  }
+  int64_t bytes_moved() const { return moved * bytes_per_token; }
+  int64_t next_position(int seq) const { return seq >= 0 && seq < int(next_pos.size()) ? next_pos[size_t(seq)] : 0; }
+};
+
+}  // namespace kvscope::viz

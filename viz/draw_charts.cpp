@@ -1,0 +1,213 @@
+// The counters over time, drawn with ImGui's draw list.
+//
+// The series are Session::history(): the Counters (counters.h) of every view
+// sampled along the whole run, x = the primary view's event index. The values
+// printed above each chart are the counters at the cursor.
+//   left   tokens evicted %, blocks freed % per strategy, and for the random
+//          policy the law (evicted fraction)^block_size: the blocks a random
+//          eviction frees without compaction
+//   right  memory in use per strategy, and the bytes compaction has moved
+// Clicking or dragging in a chart moves the cursor there.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "app.h"
+#include "format.h"
+#include "palette.h"
+
+namespace kvscope::viz {
+
+namespace {
+
+struct Frame {
+  ImVec2 a, b;    // the plot area
+  double x_max;   // events
+  double y_max;   // value at the top
+  ImVec2 at(double x, double y) const {
+    return {a.x + float(x / std::max(x_max, 1.0)) * (b.x - a.x), b.y - float(y / std::max(y_max, 1e-12)) * (b.y - a.y)};
+  }
+};
+
+void polyline(ImDrawList* dl, const Frame& f, const std::vector<Sample>& h, const std::function<double(const Sample&)>& y,
+              uint32_t colour, float thickness, bool dashed) {
+  std::vector<ImVec2> pts;
+  pts.reserve(h.size());
+  for (const Sample& s : h) pts.push_back(f.at(double(s.x), y(s)));
+  if (!dashed) {
+    dl->AddPolyline(pts.data(), int(pts.size()), colour, 0, thickness);
+    return;
+  }
+  // Dashes of 6 px on, 4 off, measured along the line.
+  float along = 0;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    const ImVec2 p = pts[i - 1], q = pts[i];
+    const float len = std::hypot(q.x - p.x, q.y - p.y);
+    for (float d = 0; d < len;) {
+      const float phase = std::fmod(along + d, 10.0f);
+      const float step = std::min(len - d, phase < 6 ? 6 - phase : 10 - phase);
+      if (phase < 6) {
+        const float t0 = d / len, t1 = (d + step) / len;
+        dl->AddLine({p.x + (q.x - p.x) * t0, p.y + (q.y - p.y) * t0}, {p.x + (q.x - p.x) * t1, p.y + (q.y - p.y) * t1},
+                    colour, thickness);
+      }
+      d += std::max(step, 0.01f);
+    }
+    along += len;
+  }
+}
+
+// The chart's key, in a box at the plot's top left: a line sample, a label, the value at the cursor.
+struct Key {
+  std::string label;
+  std::string value;
+  uint32_t colour;
+  bool dashed;
+};
+
+void key_box(ImDrawList* dl, ImVec2 at, const std::vector<Key>& keys) {
+  const float line_h = ImGui::GetTextLineHeight() + 2;
+  float label_w = 0, value_w = 0;
+  for (const Key& k : keys) {
+    label_w = std::max(label_w, ImGui::CalcTextSize(k.label.c_str()).x);
+    value_w = std::max(value_w, ImGui::CalcTextSize(k.value.c_str()).x);
+  }
+  const float w = 8 + 22 + 6 + label_w + 12 + value_w + 8;
+  dl->AddRectFilled(at, {at.x + w, at.y + 6 + line_h * float(keys.size())}, palette::alpha(palette::kBackground, 0.85f), 3.0f);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Key& k = keys[i];
+    const float y = at.y + 3 + line_h * float(i);
+    const float mid = y + line_h / 2;
+    if (k.dashed)
+      for (float x = 0; x < 22; x += 8) dl->AddLine({at.x + 8 + x, mid}, {at.x + 8 + std::min(x + 5, 22.0f), mid}, k.colour, 2.0f);
+    else
+      dl->AddLine({at.x + 8, mid}, {at.x + 30, mid}, k.colour, 2.5f);
+    dl->AddText({at.x + 36, y}, palette::kText, k.label.c_str());
+    dl->AddText({at.x + w - 8 - ImGui::CalcTextSize(k.value.c_str()).x, y}, k.colour, k.value.c_str());
+  }
+}
+
+Frame plot_area(ImVec2 origin, ImVec2 size, double x_max, double y_max) {
+  return {{origin.x + 52, origin.y + 4}, {origin.x + size.x - 8, origin.y + size.y - 18}, x_max, y_max};
+}
+
+void axes(ImDrawList* dl, const Frame& f, const std::vector<std::string>& y_labels) {
+  dl->AddRectFilled({f.a.x - 52, f.a.y - 4}, {f.b.x + 8, f.b.y + 18}, palette::kPanel, 3.0f);
+  for (size_t i = 0; i < y_labels.size(); ++i) {
+    const float y = f.b.y - (f.b.y - f.a.y) * float(i) / float(y_labels.size() - 1);
+    dl->AddLine({f.a.x, y}, {f.b.x, y}, palette::kGrid);
+    dl->AddText({f.a.x - 48, y - 7}, palette::kTextDim, y_labels[i].c_str());
+  }
+  dl->AddText({f.a.x, f.b.y + 2}, palette::kTextDim, "start");
+  const char* end = "events \xe2\x86\x92 end";
+  dl->AddText({f.b.x - ImGui::CalcTextSize(end).x, f.b.y + 2}, palette::kTextDim, end);
+}
+
+// The cursor line, and clicking to move it.
+void cursor_and_seek(App& app, const Frame& f, ImVec2 origin, ImVec2 size, const char* id) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const double c = double(app.session->cursor());
+  const ImVec2 p = f.at(c, 0);
+  dl->AddLine({p.x, f.a.y}, {p.x, f.b.y}, palette::alpha(palette::kHighlight, 0.8f), 1.5f);
+  ImGui::SetCursorScreenPos(origin);
+  ImGui::InvisibleButton(id, size);
+  if (ImGui::IsItemActive()) {
+    const float t = std::clamp((ImGui::GetIO().MousePos.x - f.a.x) / (f.b.x - f.a.x), 0.0f, 1.0f);
+    app.session->seek(size_t(std::llround(double(t) * f.x_max)));
+  }
+}
+
+void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
+  const Session& s = *app.session;
+  const auto& h = s.history();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const Frame f = plot_area(origin, size, double(s.length()), 1.0);
+  axes(dl, f, {"0%", "25%", "50%", "75%", "100%"});
+  const bool law = s.view(0).run().policy == "random";
+  if (law)
+    polyline(dl, f, h, [](const Sample& x) { return double(x.run[0].expected); }, palette::kExpectedLine, 1.5f, true);
+  polyline(dl, f, h, [](const Sample& x) { return double(x.run[0].evicted); }, palette::kEvictedLine, 1.5f, false);
+  for (int v = 0; v < s.views(); ++v)
+    polyline(dl, f, h, [v](const Sample& x) { return double(x.run[size_t(v)].freed); },
+             palette::strategy(s.view(v).run().header.strategy), 2.0f, false);
+  // The key, with the values at the cursor.
+  const Counters& c0 = s.view(0).counters();
+  std::vector<Key> keys = {{"tokens evicted", percent(c0.evicted_fraction()), palette::kEvictedLine, false}};
+  for (int v = 0; v < s.views(); ++v) {
+    const Timeline& t = s.view(v);
+    keys.push_back({"blocks freed, " + std::string(strategy_title(t.run().header.strategy)),
+                    percent(t.counters().blocks_freed_fraction()), palette::strategy(t.run().header.strategy), false});
+  }
+  if (law)
+    keys.push_back({"law (evicted)^" + std::to_string(c0.block_size) + ": one-shot random, holes",
+                    percent(c0.expected_freed_fraction()), palette::kExpectedLine, true});
+  key_box(dl, {f.a.x + 6, f.a.y + 4}, keys);
+  cursor_and_seek(app, f, origin, size, "fraction-chart");
+}
+
+// Memory in use against the left axis; the bytes compaction moved (which keep
+// growing, and would flatten the memory curve) against their own right axis.
+void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
+  const Session& s = *app.session;
+  const auto& h = s.history();
+  double top = 1, moved_top = 0;
+  for (const Sample& x : h)
+    for (const auto& r : x.run) top = std::max(top, r.memory), moved_top = std::max(moved_top, r.moved);
+  top *= 1.05;
+  moved_top *= 1.05;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  Frame f = plot_area(origin, size, double(s.length()), top);
+  if (moved_top > 0) f.b.x -= 56;  // room for the right axis
+  std::vector<std::string> labels;
+  for (int i = 0; i <= 4; ++i) labels.push_back(bytes(top * i / 4));
+  axes(dl, f, labels);
+  if (moved_top > 0) {
+    dl->AddRectFilled({f.b.x + 8, f.a.y - 4}, {f.b.x + 64, f.b.y + 18}, palette::kPanel, 3.0f);
+    for (int i = 0; i <= 4; ++i) {
+      const float y = f.b.y - (f.b.y - f.a.y) * float(i) / 4;
+      dl->AddText({f.b.x + 8, y - 7}, palette::kTextDim, bytes(moved_top * i / 4).c_str());
+    }
+  }
+  Frame moved = f;
+  moved.y_max = std::max(moved_top, 1.0);
+  for (int v = 0; v < s.views(); ++v) {
+    const uint32_t colour = palette::strategy(s.view(v).run().header.strategy);
+    if (s.view(v).moves() > 0)
+      polyline(dl, moved, h, [v](const Sample& x) { return x.run[size_t(v)].moved; }, palette::alpha(colour, 0.8f), 1.5f, true);
+  }
+  for (int v = s.views() - 1; v >= 0; --v) {  // the first view on top: the others would hide it
+    const uint32_t colour = palette::strategy(s.view(v).run().header.strategy);
+    polyline(dl, f, h, [v](const Sample& x) { return x.run[size_t(v)].memory; }, colour, 2.0f, false);
+  }
+  std::vector<Key> keys;
+  for (int v = 0; v < s.views(); ++v) {
+    const Timeline& t = s.view(v);
+    const uint32_t colour = palette::strategy(t.run().header.strategy);
+    keys.push_back({std::string("in use, ") + strategy_title(t.run().header.strategy),
+                    bytes(double(t.counters().memory_in_use())), colour, false});
+    if (t.moves() > 0)
+      keys.push_back({std::string("moved so far (right axis), ") + strategy_title(t.run().header.strategy),
+                      bytes(double(t.counters().bytes_moved())), colour, true});
+  }
+  key_box(dl, {f.a.x + 6, f.a.y + 4}, keys);
+  cursor_and_seek(app, f, origin, size, "memory-chart");
+}
+
+}  // namespace
+
+void draw_charts(App& app, ImVec2 size) {
+  const float gap = 14;
+  const float w = (size.x - gap) / 2;
+  const ImVec2 o = ImGui::GetCursorScreenPos();
+  ImGui::TextUnformatted("Tokens evicted and blocks freed, over the run");
+  ImGui::SetCursorScreenPos({o.x + w + gap, o.y});
+  ImGui::TextUnformatted("Memory in use and bytes moved, over the run");
+  const float chart_top = o.y + ImGui::GetTextLineHeightWithSpacing();
+  const float h = std::max(40.0f, size.y - (chart_top - o.y));
+  fraction_chart(app, {o.x, chart_top}, {w, h});
+  memory_chart(app, {o.x + w + gap, chart_top}, {w, h});
+  ImGui::SetCursorScreenPos({o.x, chart_top + h});
+  ImGui::Dummy({size.x, 0});
+}
+
+}  // namespace kvscope::viz

@@ -1,0 +1,323 @@
+// The left panel (scenario, settings, the counters, what the mouse points at),
+// the legend, and the transport bar (play, step, speed, the timeline).
+// The counters table prints Counters (counters.h) of each view at the cursor;
+// each row's tooltip gives its definition.
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <functional>
+
+#include "app.h"
+#include "format.h"
+#include "palette.h"
+#include "sim/synthetic.h"
+
+namespace kvscope::viz {
+
+namespace {
+
+void heading(const char* text) {
+  ImGui::Spacing();
+  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
+  ImGui::TextUnformatted(text);
+  ImGui::PopStyleColor();
+  ImGui::Separator();
+}
+
+bool combo(const char* label, std::string& value, const std::vector<std::string>& items) {
+  bool changed = false;
+  if (ImGui::BeginCombo(label, value.c_str())) {
+    for (const std::string& item : items)
+      if (ImGui::Selectable(item.c_str(), item == value)) value = item, changed = true;
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
+bool strategy_combo(const char* label, MemoryStrategy& s) {
+  bool changed = false;
+  if (ImGui::BeginCombo(label, strategy_title(s))) {
+    for (MemoryStrategy m : {MemoryStrategy::HolesOnly, MemoryStrategy::ReuseHoles, MemoryStrategy::Compact})
+      if (ImGui::Selectable(strategy_title(m), m == s)) s = m, changed = true;
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
+void scenario_picker(App& app) {
+  heading("SCENARIO");
+  ImGui::SetNextItemWidth(-1);
+  ImGui::BeginDisabled(app.pending.valid());
+  const char* shown = app.pending.valid() ? "recording..." : app.scenario.empty() ? "(custom run)" : app.scenario.c_str();
+  if (ImGui::BeginCombo("##scenario", shown)) {
+    for (const Scenario& s : scenarios()) {
+      if (ImGui::Selectable(s.name.c_str(), s.name == app.scenario)) app.load_async(s);
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", s.summary.c_str());
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::EndDisabled();
+  if (!app.recording.note.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, palette::kMoving);
+    ImGui::TextWrapped("%s", app.recording.note.c_str());
+    ImGui::PopStyleColor();
+  }
+}
+
+// Two small number fields on one line.
+void pair(const char* a, int* va, const char* b, int* vb, uint64_t* vb64 = nullptr) {
+  ImGui::PushID(a);
+  ImGui::SetNextItemWidth(64);
+  ImGui::InputInt(a, va, 0);
+  ImGui::SameLine(0, 10);
+  ImGui::SetNextItemWidth(64);
+  if (vb)
+    ImGui::InputInt(b, vb, 0);
+  else
+    ImGui::InputScalar(b, ImGuiDataType_U64, vb64);
+  ImGui::PopID();
+}
+
+void settings(App& app) {
+  heading("RUN SETTINGS (then Record)");
+  RunSettings& e = app.edit;
+  ImGui::PushItemWidth(150);
+  int source = e.source == Source::Model ? 1 : 0;
+  ImGui::RadioButton("synthetic", &source, 0);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(app.model.dir.empty());
+  ImGui::RadioButton("model", &source, 1);
+  ImGui::EndDisabled();
+  if (app.model.dir.empty() && ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("no model: start with --model DIR (assets/model is used when it exists)");
+  const Source chosen = source == 1 ? Source::Model : Source::Synthetic;
+  if (chosen != e.source) {
+    e.source = chosen;
+    e.policy = policies_for(chosen).front();
+  }
+  combo("policy", e.policy, policies_for(e.source));
+  if (e.source == Source::Synthetic) {
+    combo("workload", e.workload, workload_names());
+    int mode = e.streaming ? 1 : 0;
+    ImGui::RadioButton("one-shot", &mode, 0);
+    ImGui::SameLine();
+    ImGui::RadioButton("streaming", &mode, 1);
+    e.streaming = mode == 1;
+    ImGui::InputScalar("tokens", ImGuiDataType_S64, &e.tokens);
+    ImGui::SliderInt("sequences", &e.sequences, 1, 4);
+  } else {
+    ImGui::InputScalar("new tokens", ImGuiDataType_S64, &e.tokens);
+  }
+  if (e.source == Source::Synthetic && !e.streaming) {
+    float f = float(e.evict_fraction);
+    if (ImGui::SliderFloat("evict", &f, 0.0f, 1.0f, "%.3f")) e.evict_fraction = f;
+  } else {
+    pair("budget", &e.budget, "slack", &e.slack);
+  }
+  pair("sinks", &e.sinks, "recent", &e.recent);
+  pair("block", &e.block_size, "seed", nullptr, &e.seed);
+  e.tokens = std::clamp<int64_t>(e.tokens, 1, int64_t(1) << 24);
+  e.block_size = std::clamp(e.block_size, 1, kMaxBlockSize);
+  e.budget = std::max(e.budget, 1);
+  e.slack = std::max(e.slack, 1);
+  e.sinks = std::max(e.sinks, 0);
+  e.recent = std::max(e.recent, 0);
+  strategy_combo("left", e.strategies[0]);
+  bool two = e.strategies.size() == 2;
+  if (ImGui::Checkbox("side by side", &two)) {
+    if (two) e.strategies.push_back(e.strategies[0] == MemoryStrategy::Compact ? MemoryStrategy::HolesOnly : MemoryStrategy::Compact);
+    else e.strategies.resize(1);
+  }
+  if (e.strategies.size() == 2) strategy_combo("right", e.strategies[1]);
+  ImGui::PopItemWidth();
+  ImGui::BeginDisabled(app.pending.valid());
+  if (ImGui::Button(app.pending.valid() ? "recording..." : "Record", {-1, 0})) app.record_async();
+  ImGui::EndDisabled();
+  if (!app.error.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, palette::kEvicted);
+    ImGui::TextWrapped("%s", app.error.c_str());
+    ImGui::PopStyleColor();
+  }
+}
+
+// One row of the counters table: a label with its definition, a value per view.
+void row(const Session& s, const char* label, const char* definition,
+         const std::function<std::string(const Counters&)>& value) {
+  ImGui::TableNextRow();
+  ImGui::TableNextColumn();
+  ImGui::TextUnformatted(label);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n(viz/counters.h)", definition);
+  for (int v = 0; v < s.views(); ++v) {
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(value(s.view(v).counters()).c_str());
+  }
+}
+
+void counters(App& app) {
+  heading("COUNTERS AT THE CURSOR (hover a name)");
+  const Session& s = *app.session;
+  if (!ImGui::BeginTable("counters", 1 + s.views(), ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_RowBg)) return;
+  ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthStretch, 1.3f);
+  for (int v = 0; v < s.views(); ++v)
+    ImGui::TableSetupColumn(s.view(v).run().label.c_str(), ImGuiTableColumnFlags_WidthStretch, 1.0f);
+  ImGui::TableHeadersRow();
+  using C = const Counters&;
+  row(s, "tokens written", "SlotWritten events: positions used, all sequences", [](C c) { return count(c.written); });
+  row(s, "live tokens", "written - evicted", [](C c) { return count(c.live()); });
+  row(s, "tokens evicted", "SlotEvicted events / tokens written", [](C c) { return percent(c.evicted_fraction()); });
+  row(s, "blocks in use", "blocks owned by a sequence (the replayed Occupancy)", [](C c) { return count(c.blocks_in_use); });
+  row(s, "full-cache blocks", "ceil(positions used / block size), per sequence: the same tokens with no eviction",
+      [](C c) { return count(c.full_cache_blocks); });
+  row(s, "blocks freed", "1 - blocks in use / full-cache blocks", [](C c) { return percent(c.blocks_freed_fraction()); });
+  if (s.view(0).run().policy == "random")
+    row(s, "law: (evicted)^B", "the chance that all block_size tokens of a block were evicted at random",
+        [](C c) { return percent(c.expected_freed_fraction()); });
+  row(s, "memory in use", "blocks in use x block size x K/V bytes per token", [](C c) { return bytes(double(c.memory_in_use())); });
+  row(s, "reclaimed", "(full-cache blocks - blocks in use) x block size x bytes per token",
+      [](C c) { return bytes(double(c.bytes_reclaimed())); });
+  row(s, "bytes moved", "SlotMoved events x bytes per token (compaction's copies)", [](C c) { return bytes(double(c.bytes_moved())); });
+  row(s, "peak blocks", "the most blocks in use so far", [](C c) { return count(c.peak_blocks); });
+  row(s, "rounds", "RoundEnd events", [](C c) { return count(c.rounds); });
+  ImGui::EndTable();
+  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
+  ImGui::TextWrapped("%s per token (K and V, all layers)%s", bytes(double(s.view(0).run().bytes_per_token)).c_str(),
+                     s.view(0).run().source == "synthetic" ? ": Qwen3-0.6B in f32" : "");
+  ImGui::PopStyleColor();
+}
+
+void hover_details(App& app) {
+  heading("UNDER THE MOUSE");
+  const Hover& h = app.hovered;
+  if (!h.token()) {
+    ImGui::TextDisabled("hover a slot or a token");
+    return;
+  }
+  const Session& s = *app.session;
+  ImGui::Text("sequence %d, position %lld", h.seq, (long long)h.pos);
+  const std::string& text = s.primary_view().run().text(h.seq, h.pos);
+  if (!text.empty()) ImGui::Text("\"%s\"", text.c_str());
+  for (int v = 0; v < s.views(); ++v) {
+    const SlotRef r = s.view(v).locate(h.seq, h.pos);
+    if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", s.view(v).run().label.c_str(), r.block, r.slot);
+  }
+}
+
+// Starts a new line when `width` more pixels would not fit on this one.
+void wrap(float width) {
+  if (ImGui::GetCursorScreenPos().x + width > ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x) ImGui::NewLine();
+}
+
+void swatch(const char* label, uint32_t colour, bool outline = false) {
+  wrap(28 + ImGui::CalcTextSize(label).x);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float h = ImGui::GetTextLineHeight();
+  if (outline) {
+    dl->AddRectFilled({p.x, p.y + 2}, {p.x + 22, p.y + h - 2}, palette::kFree);
+    dl->AddRect({p.x - 1, p.y + 1}, {p.x + 23, p.y + h - 1}, colour, 0, 0, 1.5f);
+  } else {
+    dl->AddRectFilled({p.x, p.y + 2}, {p.x + 22, p.y + h - 2}, colour);
+  }
+  ImGui::Dummy({26, h});
+  ImGui::SameLine(0, 2);
+  ImGui::TextUnformatted(label);
+  ImGui::SameLine(0, 18);
+}
+
+}  // namespace
+
+void draw_legend(App& app) {
+  const Session& s = *app.session;
+  swatch("free block", palette::kFree);
+  const int owners = std::max(1, int(s.primary_view().final_lengths().size()));
+  if (owners == 1) {
+    swatch(s.primary_view().run().has_scores() ? "live token (brighter = higher score)" : "live token", palette::live(0, 0, false));
+  } else {
+    for (int k = 0; k < owners; ++k) swatch(("seq " + std::to_string(k)).c_str(), palette::live(k, 0, false));
+    wrap(ImGui::CalcTextSize("live, by owner").x);
+    ImGui::TextUnformatted("live, by owner");
+    ImGui::SameLine(0, 18);
+  }
+  if (s.primary_view().run().has_scores()) {
+    wrap(52 + ImGui::CalcTextSize("score low \xe2\x86\x92 high").x);
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    const float h = ImGui::GetTextLineHeight();
+    for (int i = 0; i < 8; ++i)
+      dl->AddRectFilled({p.x + float(i) * 6, p.y + 2}, {p.x + float(i + 1) * 6, p.y + h - 2}, palette::live(0, float(i) / 7, true));
+    ImGui::Dummy({50, h});
+    ImGui::SameLine(0, 2);
+    ImGui::TextUnformatted("score low \xe2\x86\x92 high");
+    ImGui::SameLine(0, 18);
+  }
+  swatch("hole (emptied, block still held)", palette::kHole);
+  swatch("not written yet", palette::kRoom);
+  swatch("just written", palette::kWritten);
+  swatch("just evicted", palette::kEvicted);
+  swatch("moving", palette::kMoving);
+  swatch("block given back", palette::kFreedEdge, true);
+  swatch("evicted token (sequence)", palette::kSeqEvicted);
+  ImGui::NewLine();
+}
+
+void draw_controls(App& app, ImVec2) {
+  scenario_picker(app);
+  settings(app);
+  counters(app);
+  hover_details(app);
+  heading("KEYS");
+  ImGui::TextDisabled("space play/pause, arrows step,\nshift+arrows a round, Home/End");
+}
+
+void draw_transport(App& app, float width) {
+  Session& s = *app.session;
+  if (ImGui::Button("|<")) s.reset();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("reset (Home)");
+  ImGui::SameLine();
+  if (ImGui::Button("<")) s.step(app.step_unit, -1);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("step back (left arrow)");
+  ImGui::SameLine();
+  if (ImGui::Button(s.playing ? "Pause" : "Play", {60, 0})) s.toggle_play();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("space");
+  ImGui::SameLine();
+  if (ImGui::Button(">")) s.step(app.step_unit, +1);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("step forward (right arrow)");
+  ImGui::SameLine();
+  static const char* units[] = {"event", "token", "round", "move"};
+  int unit = int(app.step_unit);
+  ImGui::SetNextItemWidth(80);
+  if (ImGui::Combo("##unit", &unit, units, 4)) app.step_unit = Unit(unit);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("what one step moves over");
+  ImGui::SameLine();
+  if (ImGui::Button("round >>")) s.step(Unit::Round, +1);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(s.primary_view().moves() == 0);
+  if (ImGui::Button("move >")) s.step(Unit::Move, +1);
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  float speed = float(s.speed);
+  ImGui::SetNextItemWidth(170);
+  if (ImGui::SliderFloat("events/s", &speed, 10.0f, 2e6f, "%.0f", ImGuiSliderFlags_Logarithmic)) s.speed = speed;
+  ImGui::SameLine();
+  ImGui::Checkbox("animate", &s.animate);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("pause between phases and slide the compaction moves");
+  ImGui::SameLine();
+  ImGui::TextDisabled("%s  |  event %s of %s", s.phase(s.primary()).c_str(), count(int64_t(s.cursor())).c_str(),
+                      count(int64_t(s.length())).c_str());
+
+  // The timeline: scrubbing replays the recorded events; ticks mark the rounds.
+  uint64_t cursor = s.cursor();
+  const uint64_t lo = 0, hi = s.length();
+  ImGui::SetNextItemWidth(width);
+  if (ImGui::SliderScalar("##timeline", ImGuiDataType_U64, &cursor, &lo, &hi, "")) s.seek(size_t(cursor));
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const auto& ends = s.primary_view().round_end_events();
+  if (ends.size() <= 2000)
+    for (size_t e : ends) {
+      const float x = a.x + (b.x - a.x) * float(double(e + 1) / double(std::max<size_t>(1, s.length())));
+      dl->AddLine({x, b.y - 5}, {x, b.y}, palette::alpha(palette::kText, 0.5f));
+    }
+}
+
+}  // namespace kvscope::viz

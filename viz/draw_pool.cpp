@@ -1,0 +1,274 @@
+// The block pool: every physical block a row of block_size slots.
+//
+// A slot is drawn from the replayed Occupancy of its view (Timeline::occupancy):
+//   free block            palette::kFree
+//   live slot             its owner's colour, shaded by the token's score (ScoresAt)
+//   hole                  palette::kHole: an empty slot in a block still in use that
+//                         held a token (evicted, or moved away by compaction)
+//   room                  palette::kRoom: a slot of a block in use not written yet
+// and, for the events just applied ([Session::flash_from, cursor)), a fading
+// overlay: written (white), evicted (bright red), moved (orange), and a block
+// just given back to the pool (a light outline). While compaction slides, the
+// moving tokens are drawn between their source and destination slots.
+#include <algorithm>
+#include <cmath>
+
+#include "app.h"
+#include "format.h"
+#include "palette.h"
+
+namespace kvscope::viz {
+
+// ---- geometry --------------------------------------------------------------------
+
+float PoolGeometry::slot_x(int block, int slot) const {
+  const int col = block % columns;
+  return origin.x + float(col) * block_w + std::floor(float(slot) * slot_w);
+}
+
+float PoolGeometry::block_y(int block) const {
+  const int row = block / columns;
+  return origin.y + float(row) * (slot_h + gap_y);
+}
+
+bool PoolGeometry::hit(ImVec2 p, int& block, int& slot) const {
+  if (!drawn || p.x < origin.x || p.y < origin.y) return false;
+  const int col = int((p.x - origin.x) / block_w);
+  const int row = int((p.y - origin.y) / (slot_h + gap_y));
+  if (col >= columns) return false;
+  block = row * columns + col;
+  if (block >= blocks) return false;
+  slot = int((p.x - origin.x - float(col) * block_w) / slot_w);
+  return slot >= 0 && slot < block_size;
+}
+
+PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size) {
+  PoolGeometry best;
+  best.origin = origin;
+  best.blocks = blocks;
+  best.block_size = block_size;
+  float best_side = -1;
+  // Try every column count worth trying; keep the one with the largest slots.
+  for (int c = 1; c <= std::max(1, blocks); ++c) {
+    const int rows = (blocks + c - 1) / c;
+    const float gap_x = c > 1 ? 3.0f : 0.0f;
+    const float block_w = std::floor(size.x / float(c));
+    const float slot_w = (block_w - gap_x) / float(block_size);
+    // Whole-pixel rows, so every block row looks the same.
+    const float pitch = size.y / float(rows) >= 2 ? std::floor(size.y / float(rows)) : size.y / float(rows);
+    const float gap_y = pitch >= 4 ? 1.0f : 0.0f;
+    const float slot_h = pitch - gap_y;
+    const float side = std::min(slot_w, slot_h);
+    if (side > best_side) {
+      best_side = side;
+      best.columns = c;
+      best.block_w = block_w;
+      best.slot_w = slot_w;
+      best.slot_h = std::min(slot_h, std::max(slot_w * 1.5f, 3.0f));  // no tall thin slots
+      best.gap_x = gap_x;
+      best.gap_y = gap_y;
+    }
+    if (slot_w < 0.25f) break;  // narrower only gets worse
+  }
+  best.slot_h = std::max(best.slot_h, 1.0f);
+  best.drawn = true;
+  return best;
+}
+
+// ---- drawing ----------------------------------------------------------------------
+
+namespace {
+
+// Up to this many of the latest events flash (a long jump flashes only its end).
+constexpr size_t kMaxFlash = 3000;
+
+// The live tokens' scores, sampled, to fit the shading to this frame's range.
+std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t want) {
+  std::vector<std::pair<int, int64_t>> out;
+  const size_t slots = size_t(occ.num_blocks()) * size_t(occ.block_size());
+  const size_t stride = std::max<size_t>(1, slots / (want * 2));
+  for (size_t i = 0; i < slots; i += stride) {
+    const int b = int(i / size_t(occ.block_size())), j = int(i % size_t(occ.block_size()));
+    if (occ.owner(b) >= 0 && occ.position(b, j) != kEmpty) out.emplace_back(occ.owner(b), occ.position(b, j));
+  }
+  return out;
+}
+
+void header(const Timeline& t, const Session& s, int view) {
+  const Counters& c = t.counters();
+  const MemoryStrategy strategy = t.run().header.strategy;
+  ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(strategy));
+  ImGui::Text("%s", strategy_title(strategy));
+  ImGui::PopStyleColor();
+  ImGui::SameLine();
+  ImGui::Text(" %s of %s blocks in use  |  %s freed  |  %s", count(c.blocks_in_use).c_str(),
+              count(t.occupancy().num_blocks()).c_str(), percent(c.blocks_freed_fraction()).c_str(),
+              bytes(double(c.memory_in_use())).c_str());
+  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
+  const std::string phase = s.phase(view);
+  ImGui::Text("%s  |  %s blocks of %d slots  |  %s",
+              phase.c_str(), count(t.occupancy().num_blocks()).c_str(), t.occupancy().block_size(),
+              c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + count(c.moved) + " slots)").c_str()
+                      : "no bytes moved");
+  ImGui::PopStyleColor();
+}
+
+void tooltip(const App& app, const Timeline& t, int block, int slot, const ScoresAt& scores) {
+  const Occupancy& occ = t.occupancy();
+  const int owner = occ.owner(block);
+  const int64_t pos = occ.position(block, slot);
+  ImGui::BeginTooltip();
+  ImGui::Text("block %d, slot %d", block, slot);
+  if (owner < 0) {
+    ImGui::TextUnformatted("free: in the pool, ready for any sequence");
+  } else if (pos == kEmpty && !t.used(block, slot)) {
+    ImGui::Text("not written yet: room in a block of sequence %d", owner);
+  } else if (pos == kEmpty) {
+    ImGui::Text("hole in a block of sequence %d (%d of %d slots live)", owner, occ.live_in_block(block),
+                occ.block_size());
+    ImGui::TextUnformatted("the block returns to the pool only when every slot is empty");
+  } else {
+    ImGui::Text("sequence %d, absolute position %lld", owner, (long long)pos);
+    if (auto sc = scores(owner, pos))
+      ImGui::Text("score %.4g", *sc);
+    else
+      ImGui::TextUnformatted(t.run().has_scores() ? "score: not scored yet" : "score: none (the policy has none)");
+    const std::string& text = t.run().text(owner, pos);
+    if (!text.empty()) ImGui::Text("text \"%s\"", text.c_str());
+  }
+  ImGui::EndTooltip();
+}
+
+}  // namespace
+
+void draw_pool(App& app, int view, ImVec2 size) {
+  const Session& s = *app.session;
+  const Timeline& t = s.view(view);
+  const Occupancy& occ = t.occupancy();
+  const int B = occ.block_size();
+
+  ImGui::BeginGroup();
+  const float top = ImGui::GetCursorScreenPos().y;
+  header(t, s, view);
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 area{size.x, std::max(20.0f, size.y - (origin.y - top))};
+  PoolGeometry g = layout_pool(occ.num_blocks(), B, origin, area);
+  app.pools[view] = g;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+
+  ScoresAt scores(t.run(), t.cursor(), t.counters().next_pos);
+  if (scores.known()) scores.fit(sample_live(occ, 4096));
+
+  // Tokens in flight (compaction sliding): their source slots show as holes.
+  const Session::Slide* slide = s.slide() && s.slide()->view == view ? s.slide() : nullptr;
+  std::vector<uint8_t> leaving;
+  if (slide) {
+    leaving.assign(size_t(occ.num_blocks()) * size_t(B), 0);
+    for (size_t i = slide->begin; i < slide->end; ++i)
+      leaving[size_t(t.event(i).from_block) * size_t(B) + size_t(t.event(i).from_slot)] = 1;
+  }
+
+  const bool slots_visible = g.slot_w >= 1.0f;
+  for (int b = 0; b < occ.num_blocks(); ++b) {
+    const float y0 = g.block_y(b), y1 = y0 + g.slot_h;
+    const int owner = occ.owner(b);
+    if (owner < 0) {
+      dl->AddRectFilled({g.slot_x(b, 0), y0}, {g.slot_x(b, B), y1}, palette::kFree);
+      continue;
+    }
+    if (!slots_visible) {  // too small for slots: the block's share of live slots
+      const float live = float(occ.live_in_block(b)) / float(B);
+      dl->AddRectFilled({g.slot_x(b, 0), y0}, {g.slot_x(b, B), y1},
+                        palette::mix(palette::kHole, palette::live(owner, 0, false), live));
+      continue;
+    }
+    // Runs of equal colour, one rectangle each.
+    int run_start = 0;
+    uint32_t run_colour = 0;
+    for (int j = 0; j <= B; ++j) {
+      uint32_t col = 0;
+      if (j < B) {
+        const int64_t pos = occ.position(b, j);
+        if (slide && leaving[size_t(b) * size_t(B) + size_t(j)]) {
+          col = palette::kHole;
+        } else if (pos == kEmpty) {
+          col = t.used(b, j) ? palette::kHole : palette::kRoom;
+        } else {
+          const auto sc = scores(owner, pos);
+          col = palette::live(owner, sc ? scores.shade(*sc) : 0, sc.has_value());
+        }
+      }
+      if (j == B || (j > 0 && col != run_colour)) {
+        dl->AddRectFilled({g.slot_x(b, run_start), y0}, {g.slot_x(b, j), y1}, run_colour);
+        run_start = j;
+      }
+      run_colour = col;
+    }
+  }
+
+  // What just happened, fading: newer events are brighter.
+  const size_t now = t.cursor();
+  const size_t from = std::max(s.flash_from(view), now > kMaxFlash ? now - kMaxFlash : 0);
+  for (size_t i = from; i < now && slots_visible; ++i) {
+    const Event& e = t.event(i);
+    const float a = 0.25f + 0.6f * float(i - from + 1) / float(now - from);
+    switch (e.kind) {
+      case EventKind::SlotWritten:
+        if (occ.position(e.block, e.slot) == e.pos)
+          dl->AddRectFilled(g.slot_min(e.block, e.slot), g.slot_max(e.block, e.slot), palette::alpha(palette::kWritten, a));
+        break;
+      case EventKind::SlotEvicted:
+        if (occ.owner(e.block) >= 0 && occ.position(e.block, e.slot) == kEmpty)
+          dl->AddRectFilled(g.slot_min(e.block, e.slot), g.slot_max(e.block, e.slot), palette::alpha(palette::kEvicted, a));
+        break;
+      case EventKind::SlotMoved:
+        if (occ.position(e.block, e.slot) == e.pos)
+          dl->AddRectFilled(g.slot_min(e.block, e.slot), g.slot_max(e.block, e.slot), palette::alpha(palette::kMoving, a));
+        break;
+      case EventKind::BlockFreed:
+        if (occ.owner(e.block) < 0)
+          dl->AddRect({g.slot_x(e.block, 0) - 1, g.block_y(e.block) - 1}, {g.slot_x(e.block, B) + 1, g.block_y(e.block) + g.slot_h + 1},
+                      palette::alpha(palette::kFreedEdge, a));
+        break;
+      default: break;
+    }
+  }
+
+  // Compaction in flight: each survivor between its slot and its destination.
+  if (slide) {
+    const float k = s.slide_progress();
+    for (size_t i = slide->begin; i < slide->end; ++i) {
+      const Event& e = t.event(i);
+      const ImVec2 a = g.slot_min(e.from_block, e.from_slot), b = g.slot_min(e.block, e.slot);
+      const ImVec2 p{a.x + (b.x - a.x) * k, a.y + (b.y - a.y) * k};
+      const float w = std::max(g.slot_w, 2.0f), h = std::max(g.slot_h, 2.0f);
+      dl->AddLine({a.x + w / 2, a.y + h / 2}, {p.x + w / 2, p.y + h / 2}, palette::alpha(palette::kMoving, 0.18f));
+      dl->AddRectFilled(p, {p.x + w, p.y + h}, palette::kMoving);
+    }
+  }
+
+  // The token under the mouse (in any view, last frame): outlined here too.
+  if (app.hovered.token()) {
+    const SlotRef r = t.locate(app.hovered.seq, app.hovered.pos);
+    if (r.block >= 0) {
+      const ImVec2 a = g.slot_min(r.block, r.slot), b = g.slot_max(r.block, r.slot);
+      dl->AddRect({a.x - 2, a.y - 2}, {b.x + 2, b.y + 2}, palette::kHighlight, 0, 0, 2.0f);
+    }
+  }
+
+  ImGui::Dummy(area);
+  int block = -1, slot = -1;
+  if (ImGui::IsItemHovered() && g.hit(ImGui::GetIO().MousePos, block, slot)) {
+    app.hover.view = view;
+    app.hover.block = block;
+    app.hover.slot = slot;
+    const int64_t pos = occ.position(block, slot);
+    if (occ.owner(block) >= 0 && pos != kEmpty) app.hover.seq = occ.owner(block), app.hover.pos = pos;
+    const ImVec2 a = g.slot_min(block, slot), b = g.slot_max(block, slot);
+    dl->AddRect({a.x - 2, a.y - 2}, {b.x + 2, b.y + 2}, palette::kHighlight, 0, 0, 2.0f);
+    tooltip(app, t, block, slot, scores);
+  }
+  ImGui::EndGroup();
+}
+
+}  // namespace kvscope::viz

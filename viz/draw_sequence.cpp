@@ -1,0 +1,202 @@
+// The sequence: every token in logical order (position 0, 1, 2, ...), kept or
+// evicted. Kept = live in the cache at the cursor (Timeline::locate finds its
+// slot); evicted = written before the cursor but no longer live. The policy
+// makes the same choices under every memory strategy, so one strip serves both
+// pool views. With a model's text (and not too many tokens) the tokens are
+// drawn as words; otherwise as cells, several tokens a cell for long runs.
+#include <algorithm>
+#include <cmath>
+
+#include "app.h"
+#include "format.h"
+#include "palette.h"
+
+namespace kvscope::viz {
+
+namespace {
+
+enum class State { Future, Live, Evicted };
+
+State state_of(const Timeline& t, int seq, int64_t pos) {
+  if (pos >= t.counters().next_position(seq)) return State::Future;
+  return t.locate(seq, pos).block >= 0 ? State::Live : State::Evicted;
+}
+
+uint32_t colour_of(State st, int seq, int64_t pos, const ScoresAt& scores) {
+  switch (st) {
+    case State::Future: return palette::kSeqFuture;
+    case State::Evicted: return palette::kSeqEvicted;
+    case State::Live: {
+      const auto sc = scores(seq, pos);
+      return palette::live(seq, sc ? scores.shade(*sc) : 0, sc.has_value());
+    }
+  }
+  return 0;
+}
+
+void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& scores) {
+  const Session& s = *app.session;
+  const Run& run = s.primary_view().run();
+  ImGui::BeginTooltip();
+  ImGui::Text("sequence %d, absolute position %lld", seq, (long long)pos);
+  const std::string& text = run.text(seq, pos);
+  if (!text.empty()) ImGui::Text("text \"%s\"", text.c_str());
+  if (st == State::Future) {
+    ImGui::TextUnformatted("not written yet");
+  } else if (st == State::Evicted) {
+    ImGui::TextUnformatted("evicted: its slot became a hole");
+  } else {
+    if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g", *sc);
+    for (int v = 0; v < s.views(); ++v) {
+      const SlotRef r = s.view(v).locate(seq, pos);
+      if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", strategy_title(s.view(v).run().header.strategy), r.block, r.slot);
+    }
+  }
+  ImGui::EndTooltip();
+}
+
+// Tokens as cells, g tokens a cell when there are more tokens than pixels.
+void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 origin, ImVec2 area) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const std::vector<int64_t>& lengths = t.final_lengths();
+  const int seqs = std::max(1, int(lengths.size()));
+  const float band_gap = 4;
+  const float band_h = (area.y - band_gap * float(seqs - 1)) / float(seqs);
+  for (int k = 0; k < int(lengths.size()); ++k) {
+    const int64_t n = lengths[size_t(k)];
+    if (n == 0) continue;
+    const ImVec2 o{origin.x, origin.y + float(k) * (band_h + band_gap)};
+    const int64_t g = std::max<int64_t>(1, int64_t(std::ceil(double(n) / (double(area.x) * double(band_h)))));
+    const int64_t cells = (n + g - 1) / g;
+    float side = std::max(1.0f, std::floor(std::sqrt(area.x * band_h / float(cells))));
+    int64_t per_row = std::max<int64_t>(1, int64_t(area.x / side));
+    while (side > 1 && float((cells + per_row - 1) / per_row) * side > band_h) {
+      side -= 1;
+      per_row = std::max<int64_t>(1, int64_t(area.x / side));
+    }
+    const float gap = side >= 5 ? 1.0f : 0.0f;
+    auto cell_colour = [&](int64_t c) {
+      if (g == 1) return colour_of(state_of(t, k, c), k, c, scores);
+      int live = 0, written = 0;
+      for (int64_t p = c * g; p < std::min(n, (c + 1) * g); ++p) {
+        const State st = state_of(t, k, p);
+        written += st != State::Future;
+        live += st == State::Live;
+      }
+      if (written == 0) return palette::kSeqFuture;
+      return palette::mix(palette::kSeqEvicted, palette::live(k, 0, false), float(live) / float(written));
+    };
+    // Runs of equal colour along each row.
+    for (int64_t row_start = 0; row_start < cells; row_start += per_row) {
+      const int64_t row_end = std::min(cells, row_start + per_row);
+      const float y = o.y + float(row_start / per_row) * side;
+      int64_t run_start = row_start;
+      uint32_t run_colour = cell_colour(row_start);
+      for (int64_t c = row_start + 1; c <= row_end; ++c) {
+        const uint32_t col = c < row_end ? cell_colour(c) : 0;
+        if (c == row_end || col != run_colour) {
+          dl->AddRectFilled({o.x + float(run_start - row_start) * side, y},
+                            {o.x + float(c - row_start) * side - gap, y + side - gap}, run_colour);
+          run_start = c;
+          run_colour = col;
+        }
+      }
+    }
+    // The hovered token (any view, last frame).
+    if (app.hovered.token() && app.hovered.seq == k && app.hovered.pos < n) {
+      const int64_t c = app.hovered.pos / g;
+      const ImVec2 a{o.x + float(c % per_row) * side, o.y + float(c / per_row) * side};
+      dl->AddRect({a.x - 2, a.y - 2}, {a.x + side + 2, a.y + side + 2}, palette::kHighlight, 0, 0, 2.0f);
+    }
+    // The mouse.
+    const ImVec2 m = ImGui::GetIO().MousePos;
+    if (ImGui::IsWindowHovered() && m.x >= o.x && m.y >= o.y && m.x < o.x + float(per_row) * side && m.y < o.y + band_h) {
+      const int64_t c = int64_t((m.y - o.y) / side) * per_row + int64_t((m.x - o.x) / side);
+      if (c < cells) {
+        const int64_t pos = c * g;
+        const State st = state_of(t, k, pos);
+        if (st == State::Live) app.hover.seq = k, app.hover.pos = pos;
+        tooltip(app, k, pos, st, scores);
+      }
+    }
+  }
+}
+
+// Tokens as words, on lines, in a scrolling child.
+void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area) {
+  ImGui::BeginChild("sequence-text", area, false);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 start = ImGui::GetCursorScreenPos();
+  const float width = ImGui::GetContentRegionAvail().x;
+  const float line_h = ImGui::GetTextLineHeight() + 4;
+  float x = start.x, y = start.y, newest_y = y;
+  const ImVec2 m = ImGui::GetIO().MousePos;
+  const bool window_hovered = ImGui::IsWindowHovered();
+  const std::vector<int64_t>& lengths = t.final_lengths();
+  for (int k = 0; k < int(lengths.size()); ++k) {
+    for (int64_t pos = 0; pos < lengths[size_t(k)]; ++pos) {
+      const std::string& raw = t.run().text(k, pos);
+      const char* text = raw.empty() ? "?" : raw.c_str();
+      const float w = ImGui::CalcTextSize(text).x + 5;
+      if (x + w > start.x + width && x > start.x) x = start.x, y += line_h;
+      const State st = state_of(t, k, pos);
+      const ImVec2 a{x, y}, b{x + w - 1, y + line_h - 1};
+      if (st != State::Future) {
+        const uint32_t bg = st == State::Live ? palette::shade(colour_of(st, k, pos, scores), 0.55f) : palette::kSeqEvicted;
+        dl->AddRectFilled(a, b, bg, 2.0f);
+        newest_y = y;
+      }
+      dl->AddText({x + 2, y + 2}, st == State::Live ? palette::kText : palette::kTextDim, text);
+      if (st == State::Evicted) dl->AddLine({x + 1, y + line_h / 2}, {b.x - 1, y + line_h / 2}, palette::alpha(palette::kEvicted, 0.7f));
+      if (app.hovered.token() && app.hovered.seq == k && app.hovered.pos == pos)
+        dl->AddRect({a.x - 1, a.y - 1}, {b.x + 1, b.y + 1}, palette::kHighlight, 2.0f, 0, 2.0f);
+      if (window_hovered && m.x >= a.x && m.x < b.x && m.y >= a.y && m.y < b.y) {
+        if (st == State::Live) app.hover.seq = k, app.hover.pos = pos;
+        tooltip(app, k, pos, st, scores);
+      }
+      x += w;
+    }
+    x = start.x, y += line_h + 6;  // each sequence on its own lines
+  }
+  ImGui::Dummy({width, y - start.y});
+  if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - area.y + 2 * line_h + ImGui::GetScrollY()));
+  ImGui::EndChild();
+}
+
+}  // namespace
+
+void draw_sequence(App& app, ImVec2 size) {
+  const Session& s = *app.session;
+  const Timeline& t = s.primary_view();
+  ImGui::BeginGroup();
+  const float top = ImGui::GetCursorScreenPos().y;
+  ImGui::TextUnformatted("The sequence, in token order:");
+  ImGui::SameLine();
+  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
+  const Counters& c = t.counters();
+  ImGui::Text("%s written, %s kept, %s evicted (the policy's choice, the same under every strategy)",
+              count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str());
+  ImGui::PopStyleColor();
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 area{size.x, std::max(10.0f, size.y - (origin.y - top))};
+
+  ScoresAt scores(t.run(), t.cursor(), c.next_pos);
+  if (scores.known()) {
+    std::vector<std::pair<int, int64_t>> live;
+    for (int k = 0; k < int(c.next_pos.size()); ++k)
+      for (int64_t p = 0; p < c.next_pos[size_t(k)]; p += std::max<int64_t>(1, c.next_pos[size_t(k)] / 4096))
+        if (t.locate(k, p).block >= 0) live.emplace_back(k, p);
+    scores.fit(live);
+  }
+  int64_t total = 0;
+  for (int64_t n : t.final_lengths()) total += n;
+  if (!t.run().token_text.empty() && total <= 4000) {
+    draw_text(app, t, scores, area);
+  } else {
+    draw_cells(app, t, scores, origin, area);
+    ImGui::Dummy(area);
+  }
+  ImGui::EndGroup();
+}
+
+}  // namespace kvscope::viz

@@ -1,0 +1,387 @@
+// kvscope-viz: the desktop app, and its headless screenshot mode.
+//
+//   kvscope-viz [--scenario NAME] [--model DIR]                  a window
+//   kvscope-viz --screenshot FILE.png --scenario NAME [--frames N] [--size WxH] [--at WHERE] [--play] [--verify]
+//   kvscope-viz --list-scenarios | --bench-frame | --help
+//
+// Both modes run the same frame code (app.cpp); the screenshot renders into an
+// offscreen framebuffer of the requested size and writes it with stb_image_write.
+// OpenGL needs a display: under Xvfb (`xvfb-run -a kvscope-viz --screenshot ...`)
+// Mesa renders in software.
+#include <CLI/CLI.hpp>
+#include <GLFW/glfw3.h>
+
+#include <cfloat>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "app.h"
+#include "format.h"
+#include "imgui_impl_glfw.h"
+#include "imgui_impl_opengl3.h"
+#include "palette.h"
+#include "screenshot.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope::viz {
+
+namespace {
+
+struct Args {
+  std::string scenario;
+  bool list = false;
+  std::string model;
+  std::string calibration;
+  std::string screenshot;
+  int frames = 3;
+  std::string size = "1600x1000";
+  std::string at;
+  bool play = false;
+  bool verify = false;
+  bool bench = false;
+  std::string mouse;  // screenshot: "X,Y" where the mouse points (tooltips, highlights)
+};
+
+[[noreturn]] void fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "kvscope-viz: error: %s\n", message.c_str());
+  std::exit(code);
+}
+
+void parse_size(const std::string& s, int& w, int& h) {
+  if (std::sscanf(s.c_str(), "%dx%d", &w, &h) != 2 || w < 200 || h < 150 || w > 16384 || h > 16384)
+    fail("--size must be WIDTHxHEIGHT between 200x150 and 16384x16384, got \"" + s + "\"");
+}
+
+// --at: where the clock stands for a screenshot.
+void place(Session& s, const std::string& at) {
+  const Timeline& p = s.primary_view();
+  auto number = [&](const std::string& text) {
+    try {
+      size_t used = 0;
+      const double v = std::stod(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+      return v;
+    } catch (const std::exception&) {
+      fail("--at: \"" + at + "\" is not start, end, round:K, event:N, P% or compacting:T[:K]");
+    }
+  };
+  if (at.empty() || at == "end") {
+    s.seek(s.length());
+  } else if (at == "start") {
+    s.seek(0);
+  } else if (at.rfind("round:", 0) == 0) {
+    const size_t k = size_t(number(at.substr(6)));
+    const auto& ends = p.round_end_events();
+    if (k < 1 || k > ends.size()) fail("--at " + at + ": the run has " + std::to_string(ends.size()) + " rounds");
+    s.seek(ends[k - 1] + 1);
+  } else if (at.rfind("event:", 0) == 0) {
+    s.seek(size_t(number(at.substr(6))));
+  } else if (!at.empty() && at.back() == '%') {
+    s.seek(size_t(number(at.substr(0, at.size() - 1)) / 100 * double(s.length())));
+  } else if (at.rfind("compacting:", 0) == 0) {
+    std::string rest = at.substr(11);
+    size_t k = 1;
+    if (const size_t colon = rest.find(':'); colon != std::string::npos) {
+      k = size_t(number(rest.substr(colon + 1)));
+      rest = rest.substr(0, colon);
+    }
+    size_t from = 0;
+    for (size_t i = 1; i < k; ++i) from = p.next_batch(from).second;
+    if (p.next_batch(from).first >= p.size()) fail("--at " + at + ": no such compaction batch in the run");
+    s.show_slide(from, number(rest));
+    return;
+  } else {
+    number(at);  // fails with the list of forms
+  }
+  s.clear_flash();
+}
+
+void style(float scale) {
+  ImGuiStyle& st = ImGui::GetStyle();
+  ImGui::StyleColorsDark();
+  st.WindowRounding = 0;
+  st.FrameRounding = 3;
+  st.ItemSpacing = {8, 5};
+  st.WindowPadding = {10, 8};
+  st.Colors[ImGuiCol_WindowBg] = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
+  st.Colors[ImGuiCol_ChildBg] = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
+  st.Colors[ImGuiCol_Text] = ImGui::ColorConvertU32ToFloat4(palette::kText);
+  st.ScaleAllSizes(scale);
+}
+
+// DejaVu Sans when the system has it (Debian: fonts-dejavu-core), with the
+// punctuation and arrows the app writes; ImGui's built-in font otherwise.
+void fonts(App& app) {
+  ImGuiIO& io = ImGui::GetIO();
+  static const ImWchar ranges[] = {0x0020, 0x00FF, 0x2010, 0x2027, 0x2190, 0x21FF, 0x2212, 0x2264, 0x25A0, 0x25FF, 0};
+  for (const char* path : {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"}) {
+    if (!file_exists(path)) continue;
+    io.Fonts->AddFontFromFileTTF(path, 15.0f, nullptr, ranges);
+    app.title_font = io.Fonts->AddFontFromFileTTF(path, 22.0f, nullptr, ranges);
+    return;
+  }
+  io.Fonts->AddFontDefault();
+}
+
+ModelSource model_source(const Args& a) {
+  ModelSource m;
+  m.dir = a.model.empty() ? bundled_model_dir() : a.model;
+  m.calibration = a.calibration;
+  if (!m.dir.empty() && !file_exists(m.dir + "/config.json")) fail(m.dir + ": no config.json there (not a model folder)");
+  return m;
+}
+
+const Scenario& choose_scenario(const Args& a, const ModelSource& m) {
+  if (!a.scenario.empty()) {
+    const Scenario* s = find_scenario(a.scenario);
+    if (!s) fail("unknown scenario \"" + a.scenario + "\" (kvscope-viz --list-scenarios lists them)");
+    return *s;
+  }
+  if (!m.dir.empty()) return *find_scenario("h2o-model");
+  std::fprintf(stderr,
+               "kvscope-viz: no model (assets/model is not there yet; --model DIR runs one): "
+               "showing the synthetic blog-16k-random\n");
+  return *find_scenario("blog-16k-random");
+}
+
+// --bench-frame: CPU time to build one frame (no GPU, no display): ImGui's
+// draw lists for a pool of 4,096 blocks x 16 slots, then a 1M-token run.
+int bench() {
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;
+  io.DisplaySize = {1600, 1000};
+  io.BackendFlags |= ImGuiBackendFlags_RendererHasVtxOffset;  // as the OpenGL 3 renderer does: draw lists past 64K vertices
+  App app({});
+  fonts(app);
+  unsigned char* pixels = nullptr;
+  int w = 0, h = 0;
+  io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
+  style(1.0f);
+  auto time_frames = [&](const char* what, const RunSettings& settings) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Recording rec = record(settings, {});
+    const double rec_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    app.session = std::make_unique<Session>(rec.runs);
+    app.recording = std::move(rec);
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - rec_s;
+    app.session->seek(app.session->length());  // the end: after eviction, holes scattered everywhere
+    double total = 0, worst = 0;
+    const int n = 60;
+    for (int i = 0; i < n + 5; ++i) {
+      const auto f0 = std::chrono::steady_clock::now();
+      io.DeltaTime = 1.0f / 60;
+      ImGui::NewFrame();
+      app.frame(0);
+      ImGui::Render();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f0).count();
+      if (i >= 5) total += ms, worst = std::max(worst, ms);
+    }
+    int blocks = 0;
+    for (int v = 0; v < app.session->views(); ++v) blocks += app.session->view(v).occupancy().num_blocks();
+    std::printf("%-44s %9s blocks  record %6.2f s  replay+chart %5.2f s  frame %6.2f ms (worst %.2f)\n", what,
+                count(blocks).c_str(), rec_s, load_s, total / n, worst);
+  };
+  std::printf("kvscope-viz --bench-frame: CPU time to build a 1600x1000 frame (ImGui draw lists, no rendering)\n");
+  RunSettings one;
+  one.tokens = 4096 * 16;
+  one.strategies = {MemoryStrategy::HolesOnly};
+  time_frames("4,096 blocks x 16 slots, holes only", one);
+  one.strategies = {MemoryStrategy::HolesOnly, MemoryStrategy::Compact};
+  time_frames("the same, holes | compact side by side", one);
+  RunSettings big;
+  big.streaming = true;
+  big.tokens = 1000000;
+  big.budget = 2048;
+  big.slack = 512;
+  big.sinks = 4;
+  big.recent = 32;
+  time_frames("1M tokens streaming, holes | compact", big);
+  ImGui::DestroyContext();
+  return 0;
+}
+
+int run(const Args& a) {
+  if (a.list) {
+    for (const Scenario& s : scenarios()) std::printf("%-20s %s\n", s.name.c_str(), s.summary.c_str());
+    return 0;
+  }
+  if (a.bench) return bench();
+  int width = 1600, height = 1000;
+  parse_size(a.size, width, height);
+  const bool headless = !a.screenshot.empty();
+  if (a.verify && !headless) fail("--verify checks a screenshot: give --screenshot FILE.png");
+  if (!headless && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY"))
+    fail("no display (DISPLAY is not set): write a picture with --screenshot FILE.png (under `xvfb-run -a "
+         "kvscope-viz --screenshot FILE.png ...`), or run the window under xvfb-run or on a desktop",
+         2);
+
+  const ModelSource model = model_source(a);
+  App app(model);
+  app.screenshot = headless;
+  const Scenario& scenario = choose_scenario(a, model);
+  try {
+    app.load(scenario);
+  } catch (const Error& e) {
+    fail(std::string("scenario ") + scenario.name + ": " + e.what());
+  }
+  if (!app.recording.note.empty()) std::fprintf(stderr, "kvscope-viz: %s\n", app.recording.note.c_str());
+
+  glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
+  if (!glfwInit())
+    fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`", 2);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 2);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
+  if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
+  const std::string title = "kvscope-viz: " + scenario.name;
+  GLFWwindow* window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
+  const char* glsl = "#version 150";
+  if (!window) {  // no 3.2 core profile: try whatever the driver gives
+    glfwDefaultWindowHints();
+    if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
+    window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
+    glsl = "#version 130";
+  }
+  if (!window) fail("cannot create an OpenGL 3 window", 2);
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(1);
+
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;
+  fonts(app);
+  style(1.0f);
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init(glsl);
+
+  int code = 0;
+  if (headless) {
+    Offscreen target;
+    if (const std::string err = target.create(width, height); !err.empty()) fail(err);
+    if (a.play) {
+      place(*app.session, a.at.empty() ? "start" : a.at);
+      app.session->toggle_play();
+    } else {
+      place(*app.session, a.at);
+    }
+    ImVec2 mouse{-FLT_MAX, -FLT_MAX};
+    if (!a.mouse.empty() && std::sscanf(a.mouse.c_str(), "%f,%f", &mouse.x, &mouse.y) != 2)
+      fail("--mouse must be X,Y in pixels, got \"" + a.mouse + "\"");
+    for (int f = 0; f < std::max(1, a.frames); ++f) {
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      io.DisplaySize = {float(width), float(height)};
+      io.DisplayFramebufferScale = {1, 1};
+      io.DeltaTime = 1.0f / 60;
+      io.MousePos = mouse;
+      ImGui::NewFrame();
+      app.frame(a.play ? 1.0f / 60 : 0.0f);
+      ImGui::Render();
+      target.bind();
+      glViewport(0, 0, width, height);
+      const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
+      glClearColor(bg.x, bg.y, bg.z, 1);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    }
+    glFinish();
+    if (const std::string err = write_png(a.screenshot, target.read(), width, height); !err.empty()) fail(err);
+    target.unbind();
+    std::printf("%s\nwrote %s (%dx%d, %s)\n", app.headline().c_str(), a.screenshot.c_str(), width, height,
+                app.session->phase(app.session->primary()).c_str());
+    if (a.verify) {
+      int w = 0, h = 0;
+      const std::vector<uint8_t> back = read_png(a.screenshot, w, h);
+      if (back.empty() || w != width || h != height) fail(a.screenshot + ": cannot read the PNG back");
+      bool ok = false;
+      std::fputs(app.verify(back, w, h, ok).c_str(), stdout);
+      code = ok ? 0 : 1;
+    }
+  } else {
+    app.session->toggle_play();
+    auto last = std::chrono::steady_clock::now();
+    while (!glfwWindowShouldClose(window)) {
+      // At most 60 frames a second, even where the swap does not wait for the screen (Xvfb).
+      std::this_thread::sleep_until(last + std::chrono::microseconds(16000));
+      last = std::chrono::steady_clock::now();
+      // Idle (paused, nothing moving, nothing recording): wait for input instead of spinning.
+      const bool busy = app.session->playing || app.session->slide() || app.pending.valid();
+      if (busy)
+        glfwPollEvents();
+      else
+        glfwWaitEventsTimeout(0.25);
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      ImGui::NewFrame();
+      app.frame(std::min(io.DeltaTime, 0.1f));
+      ImGui::Render();
+      int fw = 0, fh = 0;
+      glfwGetFramebufferSize(window, &fw, &fh);
+      glViewport(0, 0, fw, fh);
+      const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
+      glClearColor(bg.x, bg.y, bg.z, 1);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      glfwSwapBuffers(window);
+    }
+  }
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return code;
+}
+
+}  // namespace
+
+}  // namespace kvscope::viz
+
+int main(int argc, char** argv) {
+  using namespace kvscope::viz;
+  Args a;
+  CLI::App cli(
+      "kvscope-viz: watch eviction scatter the survivors of a paged KV cache, and compaction give whole blocks back.\n"
+      "Opens a window (Dear ImGui + GLFW + OpenGL 3). Without a display, write a picture instead:\n"
+      "  xvfb-run -a kvscope-viz --screenshot out.png --scenario blog-16k-random --size 1600x1000\n"
+      "Keys: space play/pause, left/right step (shift: a round), Home/End.",
+      "kvscope-viz");
+  cli.add_option("--scenario", a.scenario,
+                 "A named preset (--list-scenarios); default h2o-model when a model is found, else blog-16k-random");
+  cli.add_flag("--list-scenarios", a.list, "List the scenarios and exit");
+  cli.add_option("--model", a.model,
+                 "Model folder for the model scenarios (config.json, *.safetensors, tokenizer.json); "
+                 "default assets/model when it exists; without one the model scenarios show a synthetic stand-in. "
+                 "tests/models/tiny-tied works but has random weights: its attention is near-uniform, so the model "
+                 "views mean something only with a trained model");
+  cli.add_option("--calibration", a.calibration,
+                 "TriAttention's calibration file (kvscope calibrate); default DIR/triattention-calibration.json");
+  cli.add_option("--screenshot", a.screenshot, "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)");
+  cli.add_option("--frames", a.frames, "Screenshot: frames to render before writing (default 3)");
+  cli.add_option("--size", a.size, "WIDTHxHEIGHT in pixels of the window or the screenshot (default 1600x1000)");
+  cli.add_option("--at", a.at,
+                 "Screenshot: where the clock stands: end (default), start, round:K (after round K), event:N, P% "
+                 "(of the run), compacting:T[:K] (the K-th compaction batch, sliding, T in 0..1)");
+  cli.add_flag("--play", a.play, "Screenshot: play from --at (default start) for the frames, 60 frames a second");
+  cli.add_flag("--verify", a.verify,
+               "Screenshot: read the PNG back and check every pool slot's colour against the replayed cache "
+               "(free, live, hole, not written yet); exit 1 on any mismatch");
+  cli.add_option("--mouse", a.mouse, "Screenshot: put the mouse at X,Y (pixels) to show a tooltip and the highlights");
+  cli.add_flag("--bench-frame", a.bench, "Print the CPU time to build frames of a 4,096-block pool and a 1M-token run");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}

@@ -1,0 +1,73 @@
+// Palette: every colour the app draws with, in one place. The legend
+// (draw_controls.cpp) lists these same constants, and --verify classifies the
+// pixels of a screenshot by them.
+#pragma once
+
+#include <cstdint>
+
+#include "cache/kv_cache.h"
+
+namespace kvscope::viz::palette {
+
+// 0xAABBGGRR, as ImGui's IM_COL32 packs it.
+constexpr uint32_t rgb(int r, int g, int b, int a = 255) {
+  return uint32_t(a) << 24 | uint32_t(b) << 16 | uint32_t(g) << 8 | uint32_t(r);
+}
+
+constexpr uint32_t kBackground = rgb(24, 26, 31);
+constexpr uint32_t kPanel = rgb(32, 35, 41);
+constexpr uint32_t kFree = rgb(58, 62, 72);        // a free block's slots
+constexpr uint32_t kHole = rgb(170, 52, 50);       // an empty slot in a block still in use: memory held for nothing
+constexpr uint32_t kRoom = rgb(84, 96, 120);       // a slot of a block in use not written yet (the tail's room)
+constexpr uint32_t kWritten = rgb(255, 255, 255);  // just written (fades)
+constexpr uint32_t kEvicted = rgb(255, 120, 90);   // just evicted (fades into the hole colour)
+constexpr uint32_t kMoving = rgb(255, 176, 48);    // a survivor sliding forward
+constexpr uint32_t kFreedEdge = rgb(235, 235, 235);  // outline of a block just given back to the pool
+constexpr uint32_t kHighlight = rgb(255, 236, 64); // the token under the mouse, in every view
+constexpr uint32_t kText = rgb(225, 228, 235);
+constexpr uint32_t kTextDim = rgb(140, 146, 158);
+constexpr uint32_t kGrid = rgb(60, 64, 74);
+constexpr uint32_t kSeqEvicted = rgb(96, 40, 40);  // sequence view: a token the policy dropped
+constexpr uint32_t kSeqFuture = rgb(40, 43, 50);   // sequence view: not written yet
+
+// Live slots take their sequence's colour (a block's owner), shaded by score.
+constexpr int kOwnerColours = 4;
+constexpr uint32_t kOwner[kOwnerColours] = {rgb(70, 150, 245), rgb(60, 200, 170), rgb(185, 120, 240), rgb(225, 200, 80)};
+inline uint32_t owner(int seq) { return kOwner[(seq % kOwnerColours + kOwnerColours) % kOwnerColours]; }
+
+// Chart lines, by memory strategy.
+inline uint32_t strategy(MemoryStrategy s) {
+  switch (s) {
+    case MemoryStrategy::HolesOnly: return rgb(240, 110, 90);
+    case MemoryStrategy::ReuseHoles: return rgb(235, 190, 70);
+    case MemoryStrategy::Compact: return rgb(90, 215, 120);
+  }
+  return kText;
+}
+constexpr uint32_t kEvictedLine = rgb(200, 205, 215);
+constexpr uint32_t kExpectedLine = rgb(240, 110, 90, 170);
+
+// Scales a colour's brightness (0 .. 1), keeping alpha.
+inline uint32_t shade(uint32_t c, float k) {
+  auto ch = [&](int shift) { return uint32_t(float((c >> shift) & 0xFF) * k + 0.5f) & 0xFF; };
+  return (c & 0xFF000000u) | ch(16) << 16 | ch(8) << 8 | ch(0);
+}
+// Mixes a toward b by t (0 .. 1).
+inline uint32_t mix(uint32_t a, uint32_t b, float t) {
+  auto ch = [&](int shift) {
+    const float x = float((a >> shift) & 0xFF), y = float((b >> shift) & 0xFF);
+    return uint32_t(x + (y - x) * t + 0.5f) & 0xFF;
+  };
+  return ch(24) << 24 | ch(16) << 16 | ch(8) << 8 | ch(0);
+}
+inline uint32_t alpha(uint32_t c, float a) { return (c & 0x00FFFFFFu) | uint32_t(a * 255.0f + 0.5f) << 24; }
+
+// A live slot: its owner's colour, from 45% (lowest score) to 100% (highest);
+// 85% when the score is unknown. Shades are quantised to 8 levels.
+inline uint32_t live(int seq, float score01, bool known) {
+  if (!known) return shade(owner(seq), 0.85f);
+  const float q = float(int(score01 * 7.0f + 0.5f)) / 7.0f;
+  return shade(owner(seq), 0.45f + 0.55f * q);
+}
+
+}  // namespace kvscope::viz::palette

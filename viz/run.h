@@ -1,0 +1,75 @@
+// Run: one recorded run of the paged cache, as the app shows it.
+//
+// The events are the cache's own event stream (cache/events.h), recorded by
+// simulate() or by the engine (scenarios.cpp); the app never changes the cache,
+// it replays these events (timeline.h). Next to them, what is known about the
+// tokens: how important each one is (a synthetic workload's importance, or the
+// scores a model-based policy gave in each round) and, for model runs, the text.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/events.h"
+#include "cache/trace.h"
+
+namespace kvscope::viz {
+
+// The scores a policy gave the live tokens of one sequence in one eviction round.
+struct RoundScores {
+  size_t event = 0;          // index of the round's RoundBegin event
+  int seq = 0;
+  std::vector<int64_t> pos;  // ascending
+  std::vector<float> score;  // [pos.size()], higher = more worth keeping
+};
+
+struct Run {
+  std::string label;            // what the view is titled: the memory strategy ("holes", "compact", ...)
+  TraceHeader header;           // block size, pool size, strategy; meta: source, policy, workload, ...
+  EventLog events;              // everything the cache did, in order
+  int64_t bytes_per_token = 0;  // K and V of one token, all layers (what a slot costs)
+  std::string policy;           // the eviction policy ("random", "h2o", ...)
+  std::string source;           // "synthetic" or "model"
+  int sequences = 1;
+
+  // Synthetic workloads: the importance of the token at `pos` of `seq` when the
+  // next token to come is `now` (sim/synthetic.h, Workload::importance). Empty
+  // when the policy does not rank by it (random, streaming).
+  std::function<double(int seq, int64_t pos, int64_t now)> importance;
+  // Model runs: what the policy scored, round by round (in event order).
+  std::vector<RoundScores> round_scores;
+  // Model runs: the text of each token, [seq][pos] (printable, escaped).
+  std::vector<std::vector<std::string>> token_text;
+
+  bool has_scores() const { return bool(importance) || !round_scores.empty(); }
+  // The token's text, or "" when the run has none.
+  const std::string& text(int seq, int64_t pos) const;
+};
+
+// The scores of a run as of a cursor (events applied), resolved once per frame
+// and then looked up per token. Synthetic: the workload's importance with `now`
+// = the sequence's next position. Model: the score from the sequence's last
+// round that began before the cursor (tokens newer than that round have none).
+class ScoresAt {
+ public:
+  ScoresAt(const Run& run, size_t cursor, const std::vector<int64_t>& next_pos);
+  std::optional<double> operator()(int seq, int64_t pos) const;
+  bool known() const { return run_->has_scores(); }
+
+  // Shading: maps a score to [0, 1] by its rank among the live tokens' scores
+  // (the 5th percentile -> 0, the 95th -> 1), so a heavy tail does not wash out
+  // the rest. `live` lists (seq, pos) of live tokens (a sample is enough).
+  void fit(const std::vector<std::pair<int, int64_t>>& live);
+  float shade(double score) const;
+
+ private:
+  const Run* run_;
+  std::vector<int64_t> next_pos_;          // [seq]
+  std::vector<const RoundScores*> round_;  // [seq] the round in force, or null
+  double lo_ = 0, hi_ = 1;
+};
+
+}  // namespace kvscope::viz

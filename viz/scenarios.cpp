@@ -1,0 +1,411 @@
+#include "scenarios.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cache/kv_storage.h"
+#include "engine/generate.h"
+#include "evict/policy.h"
+#include "model/weights.h"
+#include "sim/synthetic.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope::viz {
+
+namespace {
+
+using MS = MemoryStrategy;
+
+RunSettings one_shot(int64_t tokens, double evict, const std::string& policy, const std::string& workload) {
+  RunSettings s;
+  s.tokens = tokens;
+  s.evict_fraction = evict;
+  s.policy = policy;
+  s.workload = workload;
+  return s;  // sinks 0, recent 0: the pure law, as kvscope simulate's one-shot default
+}
+
+RunSettings streaming(int64_t tokens, int budget, int slack, const std::string& policy, const std::string& workload) {
+  RunSettings s;
+  s.streaming = true;
+  s.tokens = tokens;
+  s.budget = budget;
+  s.slack = slack;
+  s.sinks = 4;
+  s.recent = 32;
+  s.policy = policy;
+  s.workload = workload;
+  return s;
+}
+
+RunSettings model_run(const std::string& policy) {
+  RunSettings s;
+  s.source = Source::Model;
+  s.policy = policy;
+  s.tokens = 256;  // new tokens
+  s.budget = 64;
+  s.slack = 32;
+  s.sinks = 4;
+  s.recent = 16;
+  return s;
+}
+
+std::vector<Scenario> make_scenarios() {
+  std::vector<Scenario> v;
+  v.push_back({"blog-16k-random",
+               "16,000 tokens, 87.5% evicted at random in one round, blocks of 16: holes free ~12% of the blocks "
+               "(0.875^16), compaction 87%",
+               one_shot(16000, 0.875, "random", "uniform"), 12000});
+  v.push_back({"blog-1k-random", "The same at 1,024 tokens: big enough slots to follow single tokens",
+               one_shot(1024, 0.875, "random", "uniform"), 900});
+  {
+    Scenario s{"compaction-on-off",
+               "Streaming, random policy: prune to 512 whenever 640 are live; holes only vs compaction, round by round",
+               streaming(4096, 512, 128, "random", "uniform"), 4000};
+    v.push_back(s);
+  }
+  {
+    Scenario s{"streaming-budget",
+               "Streaming with compaction: sinks + recency importance, budget 512 (+128 slack): the memory sawtooth",
+               streaming(4096, 512, 128, "importance", "sinks-recency"), 4000};
+    s.settings.strategies = {MS::Compact};
+    v.push_back(s);
+  }
+  v.push_back({"clustered-16k",
+               "Importance in bursts: evict 87.5% by importance; neighbours go together, so holes free more blocks",
+               one_shot(16000, 0.875, "importance", "clustered"), 12000});
+  {
+    Scenario s{"reuse-vs-compact",
+               "Streaming, random: hole reuse refills holes (memory stays, token order breaks) vs compaction",
+               streaming(4096, 512, 128, "random", "uniform"), 4000};
+    s.settings.strategies = {MS::ReuseHoles, MS::Compact};
+    v.push_back(s);
+  }
+  {
+    Scenario s{"three-sequences",
+               "Three streaming sequences share one pool (importance in bursts), holes only vs compaction",
+               streaming(3072, 384, 128, "importance", "clustered"), 6000};
+    s.settings.sequences = 3;
+    v.push_back(s);
+  }
+  v.push_back({"h2o-model",
+               "The model generates 256 tokens; H2O keeps 64 (+32 slack) by accumulated attention; holes vs compaction",
+               model_run("h2o"), 600});
+  v.push_back({"triattention-model",
+               "The model generates 256 tokens; TriAttention keeps 64 by its pre-RoPE key scores (needs a calibration "
+               "file); holes vs compaction",
+               model_run("triattention"), 600});
+  return v;
+}
+
+// ---- synthetic ----------------------------------------------------------------
+
+// The workload simulate() draws for a config: it seeds it from its own stream of
+// the seed (sim/synthetic.cpp). tests/viz_timeline_test.cpp checks that the
+// importance policy's choices agree with this copy.
+std::shared_ptr<const Workload> simulate_workload(const SimulationConfig& c) {
+  return std::make_shared<const Workload>(c.workload, c.tokens, SplitMix64(c.seed ^ 0x5EED5EED5EED5EEDull).next());
+}
+
+SimulationConfig sim_config(const RunSettings& s, MemoryStrategy strategy) {
+  SimulationConfig c;
+  c.tokens = s.tokens;
+  c.block_size = s.block_size;
+  c.strategy = strategy;
+  c.policy = s.policy;
+  c.workload = s.workload;
+  c.seed = s.seed;
+  c.streaming = s.streaming;
+  c.evict_fraction = s.evict_fraction;
+  c.schedule = {s.streaming ? s.budget : 0, s.slack, s.sinks, s.recent};
+  c.record_events = true;
+  return c;
+}
+
+void describe_synthetic(Run& run, const RunSettings& s, MemoryStrategy strategy) {
+  run.label = strategy_name(strategy);
+  run.source = "synthetic";
+  run.policy = s.policy;
+  run.sequences = s.sequences;
+  run.bytes_per_token = kQwen3_0_6B_F32_BytesPerToken;
+  run.header.block_size = s.block_size;
+  run.header.strategy = strategy;
+  run.header.meta = {{"source", "synthetic"},
+                     {"policy", s.policy},
+                     {"workload", s.workload},
+                     {"seed", std::to_string(s.seed)},
+                     {"tokens", std::to_string(s.tokens)},
+                     {"mode", s.streaming ? "streaming" : "one-shot"},
+                     {"sequences", std::to_string(s.sequences)}};
+}
+
+std::shared_ptr<Run> record_simulate(const RunSettings& s, MemoryStrategy strategy) {
+  auto run = std::make_shared<Run>();
+  describe_synthetic(*run, s, strategy);
+  const SimulationConfig c = sim_config(s, strategy);
+  SimulationResult r = simulate(c);
+  run->header.num_blocks = r.blocks_full_cache;
+  run->events = std::move(r.events);
+  if (s.policy == "importance") {
+    auto w = simulate_workload(c);
+    run->importance = [w](int, int64_t pos, int64_t now) { return w->importance(pos, now); };
+  }
+  return run;
+}
+
+// One eviction round of `seq`, as the engine and simulate() run it.
+void evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const EvictionSchedule& schedule) {
+  cache.begin_round(seq);
+  std::vector<int64_t> pos = cache.live_positions(seq);
+  std::sort(pos.begin(), pos.end());
+  const ScoreContext ctx{pos, cache.sequence(seq).next_pos};
+  const std::vector<int64_t> evicted = complement(pos, select_keep(pos, policy.scores(ctx), schedule));
+  cache.evict(seq, evicted);
+  policy.forget(evicted);
+  if (cache.strategy() == MemoryStrategy::Compact) cache.commit_compaction(seq, cache.plan_compaction(seq));
+  cache.end_round(seq);
+}
+
+// Several sequences over one pool, interleaved token by token. Sequence k has
+// its own workload (seed + k) and policy, a length of tokens x {1, 0.75, 0.9, 0.6}
+// and starts tokens/8 x k steps late, so the rounds do not line up.
+std::shared_ptr<Run> record_shared_pool(const RunSettings& s, MemoryStrategy strategy) {
+  auto run = std::make_shared<Run>();
+  describe_synthetic(*run, s, strategy);
+  const int n = s.sequences;
+  static const double kLength[] = {1.0, 0.75, 0.9, 0.6};
+  std::vector<int64_t> length(static_cast<size_t>(n)), start(static_cast<size_t>(n));
+  int64_t blocks = 0;
+  for (int k = 0; k < n; ++k) {
+    length[size_t(k)] = std::max<int64_t>(1, std::llround(double(s.tokens) * kLength[k % 4]));
+    start[size_t(k)] = s.tokens / 8 * k;
+    blocks += (length[size_t(k)] + s.block_size - 1) / s.block_size;
+  }
+  run->header.num_blocks = int(blocks);
+
+  std::vector<std::shared_ptr<const Workload>> workloads;
+  std::vector<std::unique_ptr<EvictionPolicy>> policies;
+  for (int k = 0; k < n; ++k) {
+    SimulationConfig c = sim_config(s, strategy);
+    c.tokens = length[size_t(k)];
+    c.seed = s.seed + uint64_t(k);
+    check_simulation_config(c);
+    workloads.push_back(simulate_workload(c));
+    if (s.policy == "importance")
+      policies.push_back(std::make_unique<ImportancePolicy>(*workloads.back()));
+    else
+      policies.push_back(make_policy(s.policy, c.seed));
+  }
+  EvictionSchedule schedule{s.streaming ? s.budget : 0, s.slack, s.sinks, s.recent};
+
+  PagedKvCache cache(int(blocks), s.block_size, strategy, &run->events);
+  for (int k = 0; k < n; ++k) cache.add_sequence();
+  const int64_t steps = *std::max_element(start.begin(), start.end()) + *std::max_element(length.begin(), length.end());
+  for (int64_t t = 0; t < steps; ++t)
+    for (int k = 0; k < n; ++k) {
+      if (t < start[size_t(k)] || cache.sequence(k).next_pos >= length[size_t(k)]) continue;
+      cache.append(k);
+      if (s.streaming && schedule.due(cache.sequence(k).live)) evict_round(cache, k, *policies[size_t(k)], schedule);
+    }
+  if (!s.streaming)
+    for (int k = 0; k < n; ++k) {
+      EvictionSchedule round = schedule;
+      round.budget = int(length[size_t(k)] - std::llround(s.evict_fraction * double(length[size_t(k)])));
+      evict_round(cache, k, *policies[size_t(k)], round);
+    }
+  if (s.policy == "importance")
+    run->importance = [workloads](int seq, int64_t pos, int64_t now) {
+      return workloads[size_t(seq)]->importance(pos, now);
+    };
+  return run;
+}
+
+// ---- model ----------------------------------------------------------------------
+
+// A policy that passes everything through and writes down the scores of each round.
+class RecordingPolicy : public EvictionPolicy {
+ public:
+  RecordingPolicy(std::unique_ptr<EvictionPolicy> inner, Run& run, int seq)
+      : inner_(std::move(inner)), run_(run), seq_(seq) {}
+  std::string name() const override { return inner_->name(); }
+  bool needs_attention() const override { return inner_->needs_attention(); }
+  int window() const override { return inner_->window(); }
+  void observe(const std::vector<int64_t>& pos, const std::vector<float>& attention, int n_queries) override {
+    inner_->observe(pos, attention, n_queries);
+  }
+  std::vector<float> scores(const ScoreContext& ctx) override {
+    std::vector<float> s = inner_->scores(ctx);
+    // The engine scores right after begin_round: the last event is the RoundBegin.
+    run_.round_scores.push_back({run_.events.empty() ? 0 : run_.events.size() - 1, seq_, ctx.pos, s});
+    return s;
+  }
+  void forget(const std::vector<int64_t>& evicted) override { inner_->forget(evicted); }
+
+ private:
+  std::unique_ptr<EvictionPolicy> inner_;
+  Run& run_;
+  int seq_;
+};
+
+// A token as text to show: UTF-8 kept, control and invalid bytes escaped.
+std::string printable(const std::string& bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size();) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i]);
+    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool valid = len > 0 && i + size_t(len) <= bytes.size();
+    for (int k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(bytes[i + size_t(k)]) >> 6) == 2;
+    if (valid && len == 1 && (c < 0x20 || c == 0x7f)) {
+      out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : "";
+      if (c != '\n' && c != '\t' && c != '\r') {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02X", c);
+        out += buf;
+      }
+      ++i;
+    } else if (valid) {
+      out.append(bytes, i, size_t(len));
+      i += size_t(len);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string find_calibration(const ModelSource& m) {
+  if (!m.calibration.empty()) return m.calibration;
+  for (const char* name : {"triattention-calibration.json", "calibration.json"})
+    if (file_exists(m.dir + "/" + name)) return m.dir + "/" + name;
+  throw Error("TriAttention needs a calibration file of the model's query centres, and " + m.dir +
+              " has none (looked for triattention-calibration.json): make one with `kvscope calibrate --model " +
+              m.dir + " --text FILE --out calib.json` and pass --calibration calib.json");
+}
+
+Recording record_model(const RunSettings& s, const ModelSource& m) {
+  Recording rec;
+  rec.settings = s;
+  const std::string calibration = s.policy == "triattention" ? find_calibration(m) : "";
+  const Model model = load_model(m.dir);
+  const Tokenizer tokenizer = Tokenizer::load(m.dir + "/tokenizer.json");
+  std::vector<int> prompt = tokenizer.encode(s.prompt.empty() ? builtin_prompt() : s.prompt);
+  if (prompt.empty()) throw Error("the prompt is empty");
+  // Fit the model's context: at most half of it for the prompt, the rest to generate.
+  const int context = model.config.max_position_embeddings;
+  if (int(prompt.size()) > std::min(384, context / 2)) prompt.resize(size_t(std::min(384, context / 2)));
+  const int new_tokens = int(std::min<int64_t>(s.tokens, context - int(prompt.size())));
+  if (new_tokens < int(s.tokens))
+    rec.note = "the model's context is " + std::to_string(context) + " tokens: " + std::to_string(prompt.size()) +
+               " prompt + " + std::to_string(new_tokens) + " new";
+  const int total = int(prompt.size()) + new_tokens;
+  const EvictionSchedule schedule{s.budget, s.slack, s.sinks, s.recent};
+  schedule.validate();
+  const PolicyFactory inner = policy_factory(s.policy, s.seed, calibration, model.config);
+
+  for (MemoryStrategy strategy : s.strategies) {
+    auto run = std::make_shared<Run>();
+    run->label = strategy_name(strategy);
+    run->source = "model";
+    run->policy = s.policy;
+    run->bytes_per_token = int64_t(KvStorage::bytes_per_block(model.config, s.block_size) / size_t(s.block_size));
+    GenerateOptions o;
+    o.max_new_tokens = new_tokens;
+    o.sampler = {0.7f, 40, 0.95f, s.seed};
+    o.vocab_limit = tokenizer.vocab_size();  // no stop ids: the run keeps its length
+    o.engine.block_size = s.block_size;
+    o.engine.strategy = strategy;
+    o.engine.schedule = schedule;
+    o.engine.num_blocks = (total + s.block_size - 1) / s.block_size;
+    Run* r = run.get();
+    o.engine.policy = [inner, r] { return std::make_unique<RecordingPolicy>(inner(), *r, 0); };
+    o.events = &run->events;
+    std::vector<int> ids = prompt;
+    generate(model, prompt, o, [&](int token) { ids.push_back(token); });
+    run->token_text.emplace_back();
+    for (int id : ids) run->token_text[0].push_back(printable(tokenizer.token_bytes(id)));
+    run->header = {s.block_size, o.engine.num_blocks, strategy,
+                   {{"source", "model"}, {"model", m.dir}, {"policy", s.policy}, {"budget", std::to_string(s.budget)},
+                    {"slack", std::to_string(s.slack)}, {"seed", std::to_string(s.seed)}}};
+    rec.runs.push_back(run);
+  }
+  if (model.config.hidden_size <= 64 && rec.note.empty())
+    rec.note = "a tiny model: its attention is near-uniform, so the scores and the text mean little; "
+               "the model views become meaningful with a trained model";
+  return rec;
+}
+
+}  // namespace
+
+const std::vector<Scenario>& scenarios() {
+  static const std::vector<Scenario> v = make_scenarios();
+  return v;
+}
+
+const Scenario* find_scenario(const std::string& name) {
+  for (const Scenario& s : scenarios())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string bundled_model_dir() {
+  const std::string dir = std::string(KVSCOPE_ASSETS_DIR) + "/model";
+  return file_exists(dir + "/config.json") ? dir : "";
+}
+
+const std::string& builtin_prompt() {
+  static const std::string text =
+      "A decoder appends a key and a value for every token at every layer, and a serving engine keeps them in a "
+      "paged cache: fixed blocks of sixteen slots, a block table per sequence, and a pool of free blocks. When the "
+      "cache grows too large, an eviction policy keeps the tokens that matter and drops the rest. The tokens worth "
+      "keeping are scattered, so most blocks keep a few survivors and stay in use. Compaction slides the survivors "
+      "forward in token order, and whole blocks go back to the pool. What counts is the blocks given back, not the "
+      "tokens evicted.";
+  return text;
+}
+
+const std::vector<std::string>& policies_for(Source source) {
+  static const std::vector<std::string> synthetic = {"random", "streaming", "importance"};
+  static const std::vector<std::string> model = {"h2o", "snapkv", "streaming", "random", "triattention"};
+  return source == Source::Synthetic ? synthetic : model;
+}
+
+Recording record(const RunSettings& settings, const ModelSource& model) {
+  if (settings.strategies.empty() || settings.strategies.size() > 2)
+    throw Error("choose one or two memory strategies to show");
+  if (settings.sequences < 1 || settings.sequences > 4) throw Error("sequences must be between 1 and 4");
+  if (settings.source == Source::Model) {
+    if (!model.dir.empty()) {
+      if (!file_exists(model.dir + "/config.json")) throw Error(model.dir + ": no config.json (not a model folder)");
+      return record_model(settings, model);
+    }
+    // No model: the synthetic stand-in with the same schedule shape.
+    RunSettings s = settings;
+    s.source = Source::Synthetic;
+    s.policy = "importance";
+    s.workload = "sinks-recency";
+    s.streaming = true;
+    s.tokens = 2048;
+    s.budget = 256;
+    s.slack = 64;
+    s.sinks = 4;
+    s.recent = 32;
+    Recording rec = record(s, model);
+    rec.note = "no model (assets/model is not there yet; pass --model DIR, e.g. tests/models/tiny-tied): showing the "
+               "synthetic stand-in, importance = sinks + recency";
+    return rec;
+  }
+  Recording rec;
+  rec.settings = settings;
+  for (MemoryStrategy strategy : settings.strategies)
+    rec.runs.push_back(settings.sequences == 1 ? record_simulate(settings, strategy)
+                                               : record_shared_pool(settings, strategy));
+  return rec;
+}
+
+}  // namespace kvscope::viz

@@ -1,0 +1,386 @@
+#include "timeline.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace kvscope::viz {
+
+namespace {
+
+// Snapshots cost one Occupancy each; keep them under ~96 MB per run.
+constexpr double kSnapshotBytes = 96e6;
+constexpr size_t kMinSnapshotInterval = 4096;
+
+bool is_logical(EventKind k) {
+  return k == EventKind::SlotWritten || k == EventKind::SlotEvicted || k == EventKind::RoundBegin ||
+         k == EventKind::RoundEnd;
+}
+
+// The cursor just after the first index in `list` at or after `from`; `none` if there is none.
+size_t after_next(const std::vector<size_t>& list, size_t from, size_t none) {
+  const auto it = std::lower_bound(list.begin(), list.end(), from);
+  return it == list.end() ? none : *it + 1;
+}
+
+}  // namespace
+
+// ---- Timeline ------------------------------------------------------------------
+
+Timeline::Timeline(std::shared_ptr<const Run> run)
+    : run_(std::move(run)),
+      occ_(run_->header),
+      counters_(run_->header.block_size, run_->bytes_per_token),
+      used_(size_t(run_->header.num_blocks) * size_t(run_->header.block_size), 0) {
+  build_index();
+  const double occ_bytes = double(run_->header.num_blocks) * (double(run_->header.block_size) * 9 + 32) + 1024;
+  const size_t max_snapshots = size_t(std::clamp(kSnapshotBytes / occ_bytes, 2.0, 64.0));
+  const size_t interval = std::max(kMinSnapshotInterval, size() / max_snapshots + 1);
+  snapshots_.push_back({0, occ_, counters_, used_, false, false});
+  // One replay of the whole run: checks every event (Occupancy throws with the
+  // event's description) and leaves snapshots along the way.
+  for (size_t i = 0; i < size(); ++i) {
+    try {
+      apply(event(i));
+    } catch (const Error& e) {
+      throw Error("run \"" + run_->label + "\": event " + std::to_string(i) + " (" + describe(event(i)) +
+                  "): " + e.what());
+    }
+    if (cursor_ % interval == 0) snapshots_.push_back({cursor_, occ_, counters_, used_, in_round_, moved_in_round_});
+  }
+  final_lengths_ = counters_.next_pos;
+  seek(0);
+}
+
+void Timeline::build_index() {
+  const EventLog& ev = run_->events;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    switch (ev[i].kind) {
+      case EventKind::SlotWritten: writes_.push_back(i); break;
+      case EventKind::RoundBegin: round_begins_.push_back(i); break;
+      case EventKind::RoundEnd: round_ends_.push_back(i); break;
+      case EventKind::SlotMoved:
+        moves_.push_back(i);
+        if (i == 0 || ev[i - 1].kind != EventKind::SlotMoved) batch_starts_.push_back(i);
+        break;
+      default: break;
+    }
+    if (is_logical(ev[i].kind)) logical_.push_back(i);
+  }
+}
+
+void Timeline::apply(const Event& e) {
+  occ_.apply(e);
+  counters_.count(e, occ_);
+  const size_t B = size_t(occ_.block_size());
+  if (e.kind == EventKind::BlockAllocated) std::fill_n(used_.begin() + long(size_t(e.block) * B), B, uint8_t(0));
+  if (e.kind == EventKind::SlotWritten || e.kind == EventKind::SlotMoved) used_[size_t(e.block) * B + size_t(e.slot)] = 1;
+  if (e.kind == EventKind::RoundBegin) in_round_ = true, moved_in_round_ = false;
+  if (e.kind == EventKind::RoundEnd) in_round_ = false;
+  if (e.kind == EventKind::SlotMoved) moved_in_round_ = true;
+  ++cursor_;
+}
+
+void Timeline::seek(size_t to) {
+  to = std::min(to, size());
+  if (to == cursor_) return;
+  // The last snapshot at or before `to`: needed to go back, and a shortcut forward.
+  const auto it = std::upper_bound(snapshots_.begin(), snapshots_.end(), to,
+                                   [](size_t c, const Snapshot& s) { return c < s.cursor; });
+  const Snapshot& s = *(it - 1);
+  if (to < cursor_ || s.cursor > cursor_) {
+    occ_ = s.occ;
+    counters_ = s.counters;
+    used_ = s.used;
+    in_round_ = s.in_round;
+    moved_in_round_ = s.moved_in_round;
+    cursor_ = s.cursor;
+  }
+  while (cursor_ < to) apply(event(cursor_));
+}
+
+size_t Timeline::next(Unit unit, size_t from) const {
+  switch (unit) {
+    case Unit::Event: return std::min(from + 1, size());
+    case Unit::Token: return after_next(writes_, from, size());
+    case Unit::Round: return after_next(round_ends_, from, size());
+    case Unit::Move: return after_next(moves_, from, size());
+  }
+  return size();
+}
+
+size_t Timeline::prev(Unit unit, size_t from) const {
+  if (from == 0) return 0;
+  const std::vector<size_t>* list = nullptr;
+  switch (unit) {
+    case Unit::Event: return from - 1;
+    case Unit::Token: list = &writes_; break;
+    case Unit::Round: list = &round_ends_; break;
+    case Unit::Move: list = &moves_; break;
+  }
+  // The last such event before the one at from - 1.
+  const auto it = std::lower_bound(list->begin(), list->end(), from - 1);
+  return it == list->begin() ? 0 : *(it - 1) + 1;
+}
+
+size_t Timeline::logical_count(size_t cursor) const {
+  return size_t(std::lower_bound(logical_.begin(), logical_.end(), cursor) - logical_.begin());
+}
+
+size_t Timeline::cursor_for_logical(size_t n) const {
+  if (n == 0) return 0;
+  if (n >= logical_.size()) return size();
+  // Just before the next logical event, with what followed the last one (the
+  // blocks its evictions freed) but not the block allocated for the next token.
+  size_t c = logical_[n];
+  while (c > logical_[n - 1] + 1 && event(c - 1).kind == EventKind::BlockAllocated) --c;
+  return c;
+}
+
+std::pair<size_t, size_t> Timeline::next_batch(size_t from) const {
+  const auto it = std::lower_bound(batch_starts_.begin(), batch_starts_.end(), from);
+  if (it == batch_starts_.end()) return {size(), size()};
+  size_t end = *it;
+  while (end < size() && event(end).kind == EventKind::SlotMoved) ++end;
+  return {*it, end};
+}
+
+size_t Timeline::next_stop(size_t from) const {
+  size_t stop = size();
+  for (const auto* list : {&round_begins_, &round_ends_, &batch_starts_}) {
+    const auto it = std::lower_bound(list->begin(), list->end(), from);
+    if (it != list->end()) stop = std::min(stop, *it);
+  }
+  return stop;
+}
+
+std::string Timeline::phase() const {
+  const std::string round = "round " + std::to_string(round_number());
+  if (in_round_) return round + (moved_in_round_ ? ": compacting" : ": evicting");
+  if (cursor_ == 0) return "start";
+  if (cursor_ == size()) return "end";
+  if (event(cursor_ - 1).kind == EventKind::RoundEnd) return "round " + std::to_string(counters_.rounds) + " done";
+  return "writing tokens";
+}
+
+SlotRef Timeline::locate(int seq, int64_t pos) const {
+  if (located_at_ != cursor_) {
+    where_.assign(counters_.next_pos.size(), {});
+    for (size_t s = 0; s < where_.size(); ++s) where_[s].assign(size_t(counters_.next_pos[s]), SlotRef{});
+    const int B = occ_.block_size();
+    for (int b = 0; b < occ_.num_blocks(); ++b) {
+      const int owner = occ_.owner(b);
+      if (owner < 0 || occ_.live_in_block(b) == 0) continue;
+      for (int j = 0; j < B; ++j) {
+        const int64_t p = occ_.position(b, j);
+        if (p != kEmpty && owner < int(where_.size()) && p < int64_t(where_[size_t(owner)].size()))
+          where_[size_t(owner)][size_t(p)] = {b, j};
+      }
+    }
+    located_at_ = cursor_;
+  }
+  if (seq < 0 || seq >= int(where_.size()) || pos < 0 || pos >= int64_t(where_[size_t(seq)].size())) return {};
+  return where_[size_t(seq)][size_t(pos)];
+}
+
+// ---- Session -------------------------------------------------------------------
+
+Session::Session(std::vector<std::shared_ptr<const Run>> runs) {
+  if (runs.empty() || runs.size() > 2) throw Error("a session shows one or two runs");
+  for (auto& r : runs) views_.emplace_back(std::move(r));
+  // The clock follows the run with compaction moves: the others wait while it slides.
+  size_t most = 0;
+  for (int i = 0; i < views(); ++i)
+    if (views_[size_t(i)].moves() > most) most = views_[size_t(i)].moves(), primary_ = i;
+  flash_.assign(views_.size(), 0);
+  build_history();
+  seek(0);
+}
+
+std::vector<size_t> Session::cursors() const {
+  std::vector<size_t> c;
+  for (const Timeline& t : views_) c.push_back(t.cursor());
+  return c;
+}
+
+void Session::follow() {
+  const size_t n = primary_view().logical_count(cursor());
+  for (int i = 0; i < views(); ++i)
+    if (i != primary_) views_[size_t(i)].seek(views_[size_t(i)].cursor_for_logical(n));
+}
+
+void Session::mark_flash(const std::vector<size_t>& before) {
+  for (int i = 0; i < views(); ++i) flash_[size_t(i)] = std::min(before[size_t(i)], views_[size_t(i)].cursor());
+  trail_.clear();
+}
+
+void Session::seek(size_t c) {
+  slide_.view = -1;
+  pause_left_ = 0;
+  const std::vector<size_t> before = cursors();
+  views_[size_t(primary_)].seek(c);
+  follow();
+  mark_flash(before);
+}
+
+void Session::step(Unit unit, int dir) {
+  if (slide_.view >= 0) {  // a step during a slide completes it
+    const std::vector<size_t> before = cursors();
+    finish_slide();
+    mark_flash(before);
+    return;
+  }
+  const Timeline& p = primary_view();
+  if (dir < 0) {
+    seek(p.prev(unit, cursor()));
+    return;
+  }
+  const size_t target = p.next(unit, cursor());
+  if (unit == Unit::Move && animate && target > 0 && target <= p.size() &&
+      p.event(target - 1).kind == EventKind::SlotMoved) {
+    seek(target - 1);
+    start_slide(target - 1, target, move_seconds);
+    return;
+  }
+  seek(target);
+}
+
+void Session::toggle_play() {
+  if (!playing && cursor() >= length()) seek(0);
+  playing = !playing;
+  budget_ = 0;
+  trail_.clear();
+}
+
+void Session::clear_flash() {
+  flash_ = cursors();
+  trail_.clear();
+}
+
+void Session::show_slide(size_t from, double t) {
+  const auto [begin, end] = primary_view().next_batch(from);
+  if (begin >= end) return;
+  seek(begin);
+  start_slide(begin, end, slide_seconds);
+  slide_.t = std::clamp(t, 0.0, 1.0);
+  clear_flash();
+}
+
+void Session::start_slide(size_t begin, size_t end, double seconds) {
+  slide_ = {primary_, begin, end, 0.0, std::max(seconds, 1e-3)};
+}
+
+void Session::finish_slide() {
+  const size_t end = slide_.end;
+  slide_.view = -1;
+  views_[size_t(primary_)].seek(end);
+  follow();
+}
+
+std::string Session::phase(int i) const {
+  const Timeline& t = views_[size_t(i)];
+  if (slide_.view == i) return "round " + std::to_string(t.round_number()) + ": compacting, survivors slide forward";
+  return t.phase();
+}
+
+float Session::slide_progress() const {
+  const double t = std::clamp(slide_.t, 0.0, 1.0);
+  return float(t * t * (3 - 2 * t));  // smoothstep: starts and lands gently
+}
+
+void Session::update(double dt) {
+  clock_ += dt;
+  // Fast playback shortens the pauses and slides (not below a few frames).
+  const double tempo = std::min(1.0, 20000.0 / std::max(speed, 1.0));
+  if (slide_.view >= 0) {
+    slide_.t += dt / slide_.seconds;
+    if (slide_.t >= 1) finish_slide();
+  } else if (playing && pause_left_ > 0) {
+    pause_left_ -= dt;
+  } else if (playing) {
+    budget_ = std::min(budget_ + speed * dt, speed * 0.25 + 1);  // no burst after a slow frame
+    Timeline& p = views_[size_t(primary_)];
+    while (budget_ >= 1 && p.cursor() < p.size()) {
+      const size_t c = p.cursor();
+      const size_t stop = animate ? p.next_stop(c) : p.size();
+      if (stop > c) {
+        const size_t n = std::min<size_t>(size_t(budget_), stop - c);
+        p.seek(c + n);
+        follow();
+        budget_ -= double(n);
+        continue;
+      }
+      // At a stop: the first move of a batch slides; a round's begin or end pauses.
+      const Event& e = p.event(c);
+      if (e.kind == EventKind::SlotMoved && paused_before_ != c) {  // a breath between evicting and compacting
+        paused_before_ = c;
+        pause_left_ = phase_pause * tempo;
+        budget_ = 0;
+        break;
+      }
+      if (e.kind == EventKind::SlotMoved) {
+        const auto [begin, end] = p.next_batch(c);
+        start_slide(begin, end, std::max(0.15, slide_seconds * tempo));
+        budget_ = 0;
+        break;
+      }
+      p.seek(c + 1);
+      follow();
+      budget_ -= 1;
+      if (e.kind == EventKind::RoundBegin || (e.kind == EventKind::RoundEnd && c + 1 < p.size())) {
+        pause_left_ = phase_pause * tempo;
+        budget_ = 0;
+        break;
+      }
+    }
+    if (p.cursor() >= p.size() && slide_.view < 0) playing = false;
+  }
+  // What happened in the last 0.3 s flashes; a stopped clock keeps its last flash.
+  if (playing || slide_.view >= 0 || !trail_.empty()) {
+    trail_.emplace_back(clock_, cursors());
+    while (trail_.size() > 1 && trail_[1].first <= clock_ - 0.3) trail_.pop_front();
+    flash_ = trail_.front().second;
+    if (!playing && slide_.view < 0 && trail_.front().first <= clock_ - 0.3) trail_.clear();
+  }
+}
+
+void Session::build_history() {
+  Timeline& p = views_[size_t(primary_)];
+  const size_t n = p.size();
+  std::vector<size_t> xs;
+  constexpr size_t kEven = 1200;
+  for (size_t k = 0; k <= kEven; ++k) xs.push_back(n * k / kEven);
+  // The edges of every round and batch, so steps show sharp (when there are not too many).
+  std::vector<size_t> edges;
+  for (size_t c = 0; c < n && edges.size() <= 4000;) {
+    const size_t s = p.next_stop(c);
+    if (s >= n) break;
+    edges.push_back(s);
+    edges.push_back(s + 1);
+    const auto [b, e] = p.next_batch(s);
+    if (b == s) edges.push_back(e);
+    c = s + 1;
+  }
+  if (edges.size() <= 4000) xs.insert(xs.end(), edges.begin(), edges.end());
+  std::sort(xs.begin(), xs.end());
+  xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
+
+  history_.clear();
+  history_.reserve(xs.size());
+  for (size_t x : xs) {
+    if (x > n) continue;
+    p.seek(x);
+    follow();
+    Sample s;
+    s.x = x;
+    for (const Timeline& t : views_) {
+      const Counters& c = t.counters();
+      s.run.push_back({float(c.evicted_fraction()), float(c.blocks_freed_fraction()),
+                       float(c.expected_freed_fraction()), double(c.memory_in_use()), double(c.bytes_moved())});
+    }
+    history_.push_back(std::move(s));
+  }
+}
+
+}  // namespace kvscope::viz

@@ -1,0 +1,92 @@
+// --verify: the screenshot against the cache state it should show.
+//
+// Every slot of every pool view is read back from the frame's pixels (its
+// centre pixel) and classified by the palette: free, live (any owner's colour
+// at any shade), hole or unwritten room. The expected class comes from the replayed Occupancy
+// of that view, not from the drawing code. Any slot that disagrees is reported.
+#include <climits>
+
+#include "app.h"
+#include "format.h"
+#include "palette.h"
+
+namespace kvscope::viz {
+
+namespace {
+
+enum Class { kFreeSlot, kLiveSlot, kHoleSlot, kRoomSlot, kUnknown };
+const char* kClassNames[] = {"free", "live", "hole", "room", "unrecognised"};
+
+int distance(const uint8_t* p, uint32_t c) {
+  const int dr = int(p[0]) - int(c & 0xFF), dg = int(p[1]) - int((c >> 8) & 0xFF), db = int(p[2]) - int((c >> 16) & 0xFF);
+  return dr * dr + dg * dg + db * db;
+}
+
+Class classify(const uint8_t* p) {
+  int best = INT_MAX;
+  Class out = kUnknown;
+  auto consider = [&](uint32_t c, Class k) {
+    const int d = distance(p, c);
+    if (d < best) best = d, out = k;
+  };
+  consider(palette::kFree, kFreeSlot);
+  consider(palette::kHole, kHoleSlot);
+  consider(palette::kRoom, kRoomSlot);
+  for (int seq = 0; seq < palette::kOwnerColours; ++seq) {
+    consider(palette::live(seq, 0, false), kLiveSlot);
+    for (int i = 0; i <= 7; ++i) consider(palette::live(seq, float(i) / 7, true), kLiveSlot);
+  }
+  return best <= 3 * 12 * 12 ? out : kUnknown;
+}
+
+}  // namespace
+
+std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height, bool& ok) const {
+  ok = true;
+  std::string report;
+  if (!session) {
+    ok = false;
+    return "verify: nothing recorded\n";
+  }
+  for (int v = 0; v < session->views(); ++v) {
+    const PoolGeometry& g = pools[v];
+    const Timeline& t = session->view(v);
+    const Occupancy& occ = t.occupancy();
+    const std::string name = strategy_title(t.run().header.strategy);
+    if (!g.drawn || g.slot_w < 2 || g.slot_h < 2) {
+      ok = false;
+      report += "verify: " + name + ": the slots are too small to read back at this size (use a larger --size)\n";
+      continue;
+    }
+    int64_t expected[5] = {}, seen[5] = {}, wrong = 0;
+    std::string first;
+    for (int b = 0; b < occ.num_blocks(); ++b)
+      for (int j = 0; j < occ.block_size(); ++j) {
+        const ImVec2 a = g.slot_min(b, j), z = g.slot_max(b, j);
+        const int x = int((a.x + z.x) / 2), y = int((a.y + z.y) / 2);
+        const Class want = occ.owner(b) < 0              ? kFreeSlot
+                           : occ.position(b, j) != kEmpty ? kLiveSlot
+                           : t.used(b, j)                 ? kHoleSlot
+                                                          : kRoomSlot;
+        Class got = kUnknown;
+        if (x >= 0 && y >= 0 && x < width && y < height) got = classify(&rgba[(size_t(y) * size_t(width) + size_t(x)) * 4]);
+        ++expected[want];
+        ++seen[got];
+        if (got != want) {
+          if (wrong++ == 0)
+            first = " (first: block " + std::to_string(b) + " slot " + std::to_string(j) + " should be " +
+                    kClassNames[want] + ", the image shows " + kClassNames[got] + ")";
+        }
+      }
+    report += "verify: " + name + ": the cache has " + count(expected[kLiveSlot]) + " live, " +
+              count(expected[kHoleSlot]) + " holes, " + count(expected[kRoomSlot]) + " unwritten, " +
+              count(expected[kFreeSlot]) + " free slots; the image shows " + count(seen[kLiveSlot]) + " live, " +
+              count(seen[kHoleSlot]) + " holes, " + count(seen[kRoomSlot]) + " unwritten, " + count(seen[kFreeSlot]) +
+              " free, " + count(seen[kUnknown]) + " unrecognised: " +
+              (wrong ? count(wrong) + " slots differ" + first : std::string("all match")) + "\n";
+    if (wrong) ok = false;
+  }
+  return report;
+}
+
+}  // namespace kvscope::viz
