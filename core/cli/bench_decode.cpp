@@ -69,7 +69,7 @@ void run_bench(const BenchArgs& a) {
     reset_peak_memory();
     std::fprintf(stderr, "building a random %s model...\n", wf.c_str());
     Model model = random_model(config, dtype, /*seed=*/1);
-    std::vector<int> prompt(size_t(a.prompt_tokens));
+    std::vector<int> prompt(size_t(std::max(a.prompt_tokens, decode_context)));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 7919) % size_t(config.vocab_size));
 
     for (size_t ti = 0; ti < a.threads.size(); ++ti) {

@@ -133,23 +133,23 @@ Model load_model(const std::string& model_dir, WeightFormat format) {
       mat.dtype = t.dtype;
       mat.data = t.data;
     } else if (format == WeightFormat::BF16) {
-      auto& v = w.owned_bf16.emplace_back(size_t(t.numel()));
+      uint16_t* v = w.owned.emplace_back(size_t(t.numel()) * 2).as<uint16_t>();
       for (int64_t i = 0; i < t.numel(); ++i) v[i] = f32_to_bf16(element(t, i));
       mat.dtype = DType::BF16;
-      mat.data = v.data();
+      mat.data = v;
     } else {
-      auto& v = w.owned_f32.emplace_back(size_t(t.numel()));
+      float* v = w.owned.emplace_back(size_t(t.numel()) * 4).as<float>();
       for (int64_t i = 0; i < t.numel(); ++i) v[i] = element(t, i);
       mat.dtype = DType::F32;
-      mat.data = v.data();
+      mat.data = v;
     }
     return mat;
   };
   auto vector = [&](const std::string& name) {
     const TensorView& t = tensors.at(name);
-    auto& v = w.owned_f32.emplace_back(size_t(t.numel()));
+    float* v = w.owned.emplace_back(size_t(t.numel()) * 4).as<float>();
     for (int64_t i = 0; i < t.numel(); ++i) v[i] = element(t, i);
-    return static_cast<const float*>(v.data());
+    return static_cast<const float*>(v);
   };
   assemble(c, w, c.tie_word_embeddings, matrix, vector);
   return m;
@@ -172,20 +172,21 @@ Model random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
     const size_t n = size_t(mat.rows) * mat.cols;
     const float scale = std::sqrt(3.0f / float(mat.cols));  // variance 1/cols keeps activations O(1)
     if (dtype == DType::F32) {
-      auto& v = w.owned_f32.emplace_back(n);
-      for (float& x : v) x = scale * uniform();
-      mat.data = v.data();
+      float* v = w.owned.emplace_back(n * 4).as<float>();
+      for (size_t i = 0; i < n; ++i) v[i] = scale * uniform();
+      mat.data = v;
     } else {
-      auto& v = w.owned_bf16.emplace_back(n);
-      for (uint16_t& x : v) x = f32_to_bf16(scale * uniform());
-      mat.data = v.data();
+      uint16_t* v = w.owned.emplace_back(n * 2).as<uint16_t>();
+      for (size_t i = 0; i < n; ++i) v[i] = f32_to_bf16(scale * uniform());
+      mat.data = v;
     }
     return mat;
   };
   auto vector = [&](const std::string& name) {
-    auto& v = w.owned_f32.emplace_back(size_t(shapes.at(name)[0]));
-    for (float& x : v) x = 1.0f + 0.1f * uniform();
-    return static_cast<const float*>(v.data());
+    const size_t n = size_t(shapes.at(name)[0]);
+    float* v = w.owned.emplace_back(n * 4).as<float>();
+    for (size_t i = 0; i < n; ++i) v[i] = 1.0f + 0.1f * uniform();
+    return static_cast<const float*>(v);
   };
   assemble(config, w, config.tie_word_embeddings, matrix, vector);
   return m;

@@ -2,7 +2,8 @@
 //
 // Matrices stay where they are when possible: F32 and BF16 tensors are views
 // into the memory-mapped safetensors files (no copy). F16 is widened to F32 at
-// load, and WeightFormat can ask for everything in F32 or in BF16.
+// load, and WeightFormat can ask for everything in F32 or in BF16; converted
+// copies live in huge-page buffers (util/huge_buffer.h).
 // Norm weights (small vectors) are always held as F32.
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "util/huge_buffer.h"
 
 namespace kvscope {
 
@@ -50,10 +52,9 @@ struct Weights {
 
   size_t matrix_bytes() const;        // bytes of all matrices (lm_head once even if tied)
 
-  // Storage the views point into.
+  // Storage the views point into: the mapped files, and converted copies.
   std::shared_ptr<Checkpoint> checkpoint;
-  std::vector<std::vector<float>> owned_f32;
-  std::vector<std::vector<uint16_t>> owned_bf16;
+  std::vector<HugeBuffer> owned;
 };
 
 // How matrices are held in memory.
