@@ -56,15 +56,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#if defined(__AVX512F__)
-// GCC 12 warns "__Y is (or may be) used uninitialized" inside its own AVX-512 headers
-// (GCC bug 105593): silence that one warning for these headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "util/simd.h"
 
 #include "model/bf16.h"
 

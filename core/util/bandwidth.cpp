@@ -10,15 +10,7 @@
 #include <memory>
 #include <string>
 
-#if defined(__AVX512F__)
-// GCC 12 warns "__Y is (or may be) used uninitialized" inside its own AVX-512 headers
-// (GCC bug 105593): silence that one warning for these headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "util/simd.h"
 
 #include "util/error.h"
 
