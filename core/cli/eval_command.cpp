@@ -1,0 +1,146 @@
+// kvscope eval: every policy at several budgets on held-out text, against the full cache.
+//
+//   kvscope eval [--model DIR] [--text FILE] [--context N] [--keep 0.1,0.25,0.5] [--policies ...]
+//
+// The text is split into documents at "<|endoftext|>"; each document long enough
+// gives one window (its first context + 1 tokens). What is measured, and how, is
+// described in core/eval/eval.h. Prints a Markdown table; --json writes the numbers.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "eval/eval.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+const std::string kBundled = std::string(KVSCOPE_ASSETS_DIR) + "/model";
+
+struct EvalArgs {
+  std::string model_dir = kBundled;
+  std::string text = kBundled + "/heldout.txt";
+  std::string calibration;   // default: MODEL/triattention.json
+  std::string json;
+  int windows = 0;           // 0 = every document long enough
+  int threads = 0;
+  EvalSettings settings;
+};
+
+// The first context + 1 tokens of each document of the text that has that many.
+std::vector<std::vector<int>> read_windows(const Tokenizer& tokenizer, const std::string& path, int length,
+                                           int max_windows) {
+  const std::string text = read_file(path);
+  const std::string separator = "<|endoftext|>";
+  std::vector<std::vector<int>> windows;
+  int documents = 0;
+  for (size_t begin = 0; begin <= text.size();) {
+    size_t end = text.find(separator, begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string doc = text.substr(begin, end - begin);
+    begin = end + separator.size();
+    if (doc.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    ++documents;
+    std::vector<int> ids = tokenizer.encode(doc);
+    if (int(ids.size()) < length) continue;
+    ids.resize(size_t(length));
+    windows.push_back(std::move(ids));
+    if (max_windows > 0 && int(windows.size()) == max_windows) break;
+  }
+  if (windows.empty())
+    throw file_error(path, "none of its " + std::to_string(documents) + " documents has " + std::to_string(length) +
+                               " tokens (context + 1); use a smaller --context");
+  return windows;
+}
+
+nlohmann::json to_json(const EvalReport& r) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const EvalRow& x : r.rows)
+    rows.push_back({{"policy", x.policy}, {"keep", x.keep}, {"budget", x.budget}, {"perplexity", x.perplexity},
+                    {"top1_agreement", x.top1_agreement}, {"greedy_match", x.greedy_match},
+                    {"blocks_freed_holes", x.blocks_freed_holes}, {"blocks_freed_compact", x.blocks_freed_compact},
+                    {"evicted", x.evicted}});
+  const EvalSettings& s = r.settings;
+  return {{"windows", r.windows},
+          {"context", s.context},
+          {"continuation", s.continuation},
+          {"block_size", s.block_size},
+          {"slack", s.slack},
+          {"sinks", s.sinks},
+          {"recent", s.recent},
+          {"rows", rows}};
+}
+
+void run_eval(EvalArgs a) {
+  set_threads(a.threads);
+  if (a.windows < 0) throw Error("--windows must be >= 0");
+  if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
+    throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  EvalSettings& s = a.settings;
+  if (s.calibration.empty()) s.calibration = a.calibration.empty() ? a.model_dir + "/triattention.json" : a.calibration;
+  const Model model = load_model(a.model_dir);
+  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
+  const std::vector<std::vector<int>> windows = read_windows(tokenizer, a.text, s.context + 1, a.windows);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const EvalReport report = evaluate(model, windows, s, [&](int done, int total) {
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int width = 30, filled = width * done / total;
+    std::fprintf(stderr, "\reval [%s%s] %d/%d runs, %.0f s", std::string(size_t(filled), '#').c_str(),
+                 std::string(size_t(width - filled), '.').c_str(), done, total, dt);
+    if (done == total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  });
+
+  std::printf("kvscope eval: %s on %s\n", a.model_dir.c_str(), a.text.c_str());
+  std::printf("%d windows of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; "
+              "greedy match over %d tokens\n",
+              report.windows, s.context, s.scored_from < 0 ? s.context / 2 : s.scored_from, s.continuation);
+  std::printf("block size %d, rounds at budget + %d, sinks %d, recent %d\n\n", s.block_size, s.slack, s.sinks,
+              s.recent);
+  std::fputs(markdown_table(report).c_str(), stdout);
+  if (!a.json.empty()) {
+    std::ofstream out(a.json);
+    out << to_json(report).dump(1) << "\n";
+    if (!out) throw file_error(a.json, "cannot write");
+    std::printf("\nwrote %s\n", a.json.c_str());
+  }
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  EvalSettings& s = args->settings;
+  CLI::App* cmd = app.add_subcommand("eval", "Every eviction policy at several budgets on held-out text: "
+                                              "perplexity, agreement with the full cache, blocks freed");
+  cmd->add_option("--model", args->model_dir, "Hugging Face model folder")->capture_default_str();
+  cmd->add_option("--text", args->text, "Held-out text; documents separated by <|endoftext|>")->capture_default_str();
+  cmd->add_option("--context", s.context, "Tokens per window, teacher-forced one at a time")->capture_default_str();
+  cmd->add_option("--continuation", s.continuation, "Greedy tokens compared after each window")->capture_default_str();
+  cmd->add_option("--windows", args->windows, "At most N windows (0 = one per long-enough document)")
+      ->capture_default_str();
+  cmd->add_option("--keep", s.keep, "Kept fractions of the context (the budgets)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--policies", s.policies, "Policies: streaming, h2o, snapkv, triattention, random, oracle")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--block-size", s.block_size, "Tokens per block")->capture_default_str();
+  cmd->add_option("--slack", s.slack, "Rounds start at budget + slack live tokens")->capture_default_str();
+  cmd->add_option("--sinks", s.sinks, "First tokens always kept")->capture_default_str();
+  cmd->add_option("--recent", s.recent, "Newest tokens always kept")->capture_default_str();
+  cmd->add_option("--seed", s.seed, "Seed of the random policy")->capture_default_str();
+  cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention.json)");
+  cmd->add_option("--json", args->json, "Also write the numbers to this JSON file");
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->callback([args] { run_eval(*args); });
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,200 @@
+#include "eval/eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "engine/engine.h"
+#include "evict/oracle.h"
+#include "util/error.h"
+
+namespace kvscope {
+
+namespace {
+
+// What one run over one window produced.
+struct WindowRun {
+  std::vector<double> nll;   // -log p(target) at the scored positions
+  std::vector<int> top1;     // argmax of the logits at the scored positions
+  std::vector<int> greedy;   // the greedy continuation after the window
+  SequenceStats stats;       // the cache at the window's end
+};
+
+int argmax(const float* logits, int n) { return int(std::max_element(logits, logits + n) - logits); }
+
+// -log softmax(logits)[target], in double.
+double nll(const float* logits, int n, int target) {
+  const float top = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - top);
+  return std::log(sum) - (double(logits[target]) - top);
+}
+
+// Feeds window[0..context) one token at a time, then generates greedily.
+WindowRun run_window(const Model& model, const std::vector<int>& window, const EvalSettings& s,
+                     const EngineConfig& engine_config) {
+  const int vocab = model.config.vocab_size;
+  const int scored_from = s.scored_from < 0 ? s.context / 2 : s.scored_from;
+  Engine engine(model, engine_config);
+  const int seq = engine.add_sequence();
+  WindowRun run;
+  const float* logits = nullptr;
+  for (int i = 0; i < s.context; ++i) {
+    logits = i == 0 ? engine.prefill(seq, {window[0]}) : engine.decode(seq, window[i]);
+    if (i + 1 >= scored_from) {                 // logits at i predict position i + 1
+      run.nll.push_back(nll(logits, vocab, window[i + 1]));
+      run.top1.push_back(argmax(logits, vocab));
+    }
+  }
+  run.stats = engine.stats(seq);
+  for (int g = 0; g < s.continuation; ++g) {
+    run.greedy.push_back(argmax(logits, vocab));
+    if (g + 1 < s.continuation) logits = engine.decode(seq, run.greedy.back());
+  }
+  return run;
+}
+
+// Running sums for one row of the table.
+struct Totals {
+  double nll = 0, top1 = 0, greedy = 0, freed_holes = 0, freed_compact = 0, evicted = 0;
+  size_t scored = 0;
+  int windows = 0;
+};
+
+void add_quality(Totals& t, const WindowRun& run, const WindowRun& full, int continuation) {
+  for (size_t i = 0; i < run.nll.size(); ++i) {
+    t.nll += run.nll[i];
+    t.top1 += run.top1[i] == full.top1[i];
+  }
+  t.scored += run.nll.size();
+  int same = 0;
+  while (same < continuation && run.greedy[same] == full.greedy[same]) ++same;
+  t.greedy += double(same) / continuation;
+  t.evicted += run.stats.evicted_fraction();
+  ++t.windows;
+}
+
+EvalRow finish(const std::string& policy, double keep, int budget, const Totals& t) {
+  EvalRow row;
+  row.policy = policy;
+  row.keep = keep;
+  row.budget = budget;
+  row.perplexity = std::exp(t.nll / double(t.scored));
+  row.top1_agreement = t.top1 / double(t.scored);
+  row.greedy_match = t.greedy / t.windows;
+  row.blocks_freed_holes = t.freed_holes / t.windows;
+  row.blocks_freed_compact = t.freed_compact / t.windows;
+  row.evicted = t.evicted / t.windows;
+  return row;
+}
+
+void validate(const Model& model, const std::vector<std::vector<int>>& windows, const EvalSettings& s) {
+  if (windows.empty()) throw Error("eval: no windows to evaluate");
+  if (s.context < 2) throw Error("eval: the context must be at least 2 tokens");
+  if (s.continuation < 1) throw Error("eval: the continuation must be at least 1 token");
+  if (s.context + s.continuation > model.config.max_position_embeddings)
+    throw Error("eval: context + continuation (" + std::to_string(s.context + s.continuation) +
+                ") is longer than the model's max_position_embeddings (" +
+                std::to_string(model.config.max_position_embeddings) + ")");
+  if (s.scored_from > s.context) throw Error("eval: scored_from is past the end of the context");
+  for (size_t w = 0; w < windows.size(); ++w)
+    if (int(windows[w].size()) < s.context + 1)
+      throw Error("eval: window " + std::to_string(w) + " has " + std::to_string(windows[w].size()) +
+                  " tokens; context " + std::to_string(s.context) + " needs " + std::to_string(s.context + 1));
+  for (double k : s.keep)
+    if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be between 0 and 1 (got " + std::to_string(k) + ")");
+}
+
+}  // namespace
+
+EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& windows, const EvalSettings& s,
+                    const EvalProgress& progress) {
+  validate(model, windows, s);
+  const int n_policies = int(s.policies.size()), n_keep = int(s.keep.size());
+  std::vector<EvictionSchedule> schedules;
+  for (double k : s.keep) {
+    EvictionSchedule schedule{int(std::lround(k * s.context)), s.slack, s.sinks, s.recent};
+    schedule.validate();   // a budget below sinks + recent is an error, with the numbers
+    schedules.push_back(schedule);
+  }
+  std::vector<PolicyFactory> factories(n_policies);   // the oracle's is made per window
+  for (int p = 0; p < n_policies; ++p) {
+    const std::string& name = s.policies[p];
+    if (name == "triattention" && s.calibration.empty())
+      throw Error("eval: the triattention policy needs a calibration file (kvscope calibrate)");
+    if (name != "oracle") factories[p] = policy_factory(name, s.seed, s.calibration, model.config);
+  }
+
+  EngineConfig base;
+  base.block_size = s.block_size;
+  base.num_blocks = (s.context + s.continuation + s.block_size - 1) / s.block_size + 1;
+
+  Totals full_totals;
+  std::vector<Totals> totals(size_t(n_policies) * n_keep);
+  const int total = int(windows.size()) * (1 + 2 * n_policies * n_keep);
+  int done = 0;
+  for (const std::vector<int>& window : windows) {
+    const WindowRun full = run_window(model, window, s, base);
+    add_quality(full_totals, full, full, s.continuation);
+    if (progress) progress(++done, total);
+
+    // The oracle knows this window's future: the text, then the full cache's continuation.
+    std::vector<int> future(window.begin() + 1, window.begin() + s.context);
+    future.insert(future.end(), full.greedy.begin(), full.greedy.end());
+    const FutureAttention oracle = record_future_attention(model, {window[0]}, future);
+
+    for (int p = 0; p < n_policies; ++p) {
+      for (int k = 0; k < n_keep; ++k) {
+        EngineConfig config = base;
+        config.schedule = schedules[k];
+        config.policy = factories[p] ? factories[p] : [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
+        Totals& t = totals[size_t(p) * n_keep + k];
+        config.strategy = MemoryStrategy::Compact;
+        const WindowRun compact = run_window(model, window, s, config);
+        if (progress) progress(++done, total);
+        config.strategy = MemoryStrategy::HolesOnly;
+        const WindowRun holes = run_window(model, window, s, config);
+        if (progress) progress(++done, total);
+        add_quality(t, compact, full, s.continuation);
+        t.freed_compact += compact.stats.blocks_freed_fraction();
+        t.freed_holes += holes.stats.blocks_freed_fraction();
+      }
+    }
+  }
+
+  EvalReport report{s, int(windows.size()), {}};
+  report.rows.push_back(finish("full", 1.0, s.context, full_totals));
+  for (int p = 0; p < n_policies; ++p)
+    for (int k = 0; k < n_keep; ++k)
+      report.rows.push_back(finish(s.policies[p], s.keep[k], schedules[k].budget, totals[size_t(p) * n_keep + k]));
+  return report;
+}
+
+std::string markdown_table(const EvalReport& report) {
+  auto pct = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f%%", 100 * x);
+    return std::string(b);
+  };
+  const double full_ppl = report.rows.at(0).perplexity;
+  std::string out =
+      "| policy | kept (tokens) | perplexity | vs full | top-1 agreement | greedy match "
+      "| blocks freed, holes only | blocks freed, compacted |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const EvalRow& r : report.rows) {
+    char line[512];
+    if (r.policy == "full") {
+      std::snprintf(line, sizeof line, "| full cache | 100%% (%d) | %.3f | | | | | |\n", r.budget, r.perplexity);
+    } else {
+      std::snprintf(line, sizeof line, "| %s | %s (%d) | %.3f | %+.1f%% | %s | %s | %s | %s |\n", r.policy.c_str(),
+                    pct(r.keep).c_str(), r.budget, r.perplexity, 100 * (r.perplexity / full_ppl - 1),
+                    pct(r.top1_agreement).c_str(), pct(r.greedy_match).c_str(), pct(r.blocks_freed_holes).c_str(),
+                    pct(r.blocks_freed_compact).c_str());
+    }
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace kvscope
