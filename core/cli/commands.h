@@ -15,6 +15,7 @@ void add_devices_command(CLI::App& app);
 void add_memory_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_heads_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "eval/eval.h"
+#include "eval/windows.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -34,32 +35,6 @@ struct EvalArgs {
   int threads = 0;
   EvalSettings settings;
 };
-
-// The first context + 1 tokens of each document of the text that has that many.
-std::vector<std::vector<int>> read_windows(const Tokenizer& tokenizer, const std::string& path, int length,
-                                           int max_windows) {
-  const std::string text = read_file(path);
-  const std::string separator = "<|endoftext|>";
-  std::vector<std::vector<int>> windows;
-  int documents = 0;
-  for (size_t begin = 0; begin <= text.size();) {
-    size_t end = text.find(separator, begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string doc = text.substr(begin, end - begin);
-    begin = end + separator.size();
-    if (doc.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-    ++documents;
-    std::vector<int> ids = tokenizer.encode(doc);
-    if (int(ids.size()) < length) continue;
-    ids.resize(size_t(length));
-    windows.push_back(std::move(ids));
-    if (max_windows > 0 && int(windows.size()) == max_windows) break;
-  }
-  if (windows.empty())
-    throw file_error(path, "none of its " + std::to_string(documents) + " documents has " + std::to_string(length) +
-                               " tokens (context + 1); use a smaller --context");
-  return windows;
-}
 
 nlohmann::json to_json(const EvalReport& r) {
   nlohmann::json rows = nlohmann::json::array();
@@ -85,10 +60,10 @@ void run_eval(EvalArgs a) {
   if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
   EvalSettings& s = a.settings;
-  if (s.calibration.empty()) s.calibration = a.calibration.empty() ? a.model_dir + "/triattention.json" : a.calibration;
+  if (s.calibration.empty()) s.calibration = a.calibration.empty() ? a.model_dir + "/triattention-calibration.json" : a.calibration;
   const Model model = load_model(a.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
-  const std::vector<std::vector<int>> windows = read_windows(tokenizer, a.text, s.context + 1, a.windows);
+  const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);
 
   const auto t0 = std::chrono::steady_clock::now();
   const EvalReport report = evaluate(model, windows, s, [&](int done, int total) {
@@ -137,7 +112,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--sinks", s.sinks, "First tokens always kept")->capture_default_str();
   cmd->add_option("--recent", s.recent, "Newest tokens always kept")->capture_default_str();
   cmd->add_option("--seed", s.seed, "Seed of the random policy")->capture_default_str();
-  cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention.json)");
+  cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", args->json, "Also write the numbers to this JSON file");
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd->callback([args] { run_eval(*args); });

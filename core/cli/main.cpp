@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   kvscope::cli::add_memory_command(app);
   kvscope::cli::add_calibrate_command(app);
   kvscope::cli::add_eval_command(app);
+  kvscope::cli::add_heads_command(app);
   kvscope::cli::add_simulate_command(app);
   try {
     app.parse(argc, argv);

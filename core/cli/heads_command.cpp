@@ -1,0 +1,98 @@
+// kvscope heads: what each attention head of a model looks at, on held-out text.
+//
+//   kvscope heads [--model DIR] [--text FILE] [--length 512] [--from 256] [--windows 4]
+//
+// Prints, per layer and query head, the attention that goes to the first tokens
+// (sinks), to the newest ones (local) and, of the rest, the share taken by the top
+// 10% of keys (heavy hitters): the structure that StreamingLLM, H2O and SnapKV bet
+// on. The definitions are in core/eval/heads.h. A head is labelled by what takes
+// at least half of its attention.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "eval/heads.h"
+#include "eval/windows.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+const std::string kBundled = std::string(KVSCOPE_ASSETS_DIR) + "/model";
+
+struct HeadsArgs {
+  std::string model_dir = kBundled;
+  std::string text = kBundled + "/heldout.txt";
+  int length = 512;
+  int windows = 4;
+  int threads = 0;
+  HeadSettings settings;
+};
+
+const char* role(const HeadStats& h) {
+  if (h.sink >= 0.5) return "sink";
+  if (h.local >= 0.5) return "local";
+  if (h.heavy >= 0.5) return "heavy hitters";
+  return "spread";
+}
+
+void run_heads(const HeadsArgs& a) {
+  set_threads(a.threads);
+  if (a.windows < 1) throw Error("--windows must be at least 1");
+  if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
+    throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  const Model model = load_model(a.model_dir);
+  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
+  const auto windows = text_windows(tokenizer, a.text, a.length, a.windows);
+  const HeadSettings& s = a.settings;
+  const std::vector<HeadStats> stats = head_stats(model, windows, s);
+  const HeadStats even = uniform_head_stats(a.length, s);
+
+  const ModelConfig& c = model.config;
+  std::printf("kvscope heads: %s on %s\n", a.model_dir.c_str(), a.text.c_str());
+  std::printf("%zu windows of %d tokens; queries at positions %d..%d, one at a time, full cache\n\n", windows.size(),
+              a.length, s.from, a.length - 1);
+  std::printf("| layer | head | sink (first %d) | local (newest %d) | heavy (top 10%% of the rest) | role |\n",
+              s.sinks, s.recent);
+  std::printf("|---:|---:|---:|---:|---:|---|\n");
+  int sinks = 0, locals = 0, heavies = 0;
+  for (int l = 0; l < c.num_layers; ++l)
+    for (int h = 0; h < c.num_heads; ++h) {
+      const HeadStats& x = stats[size_t(l) * c.num_heads + h];
+      std::printf("| %d | %d | %.1f%% | %.1f%% | %.1f%% | %s |\n", l, h, 100 * x.sink, 100 * x.local, 100 * x.heavy,
+                  role(x));
+      sinks += x.sink >= 0.5;
+      locals += x.local >= 0.5;
+      heavies += x.heavy >= 0.5;
+    }
+  std::printf("| even | | %.1f%% | %.1f%% | %.1f%% | (a head attending evenly) |\n\n", 100 * even.sink,
+              100 * even.local, 100 * even.heavy);
+  const int n = c.num_layers * c.num_heads;
+  std::printf("%d of %d heads give half their attention or more to the first %d tokens, %d to the newest %d;\n",
+              sinks, n, s.sinks, locals, s.recent);
+  std::printf("in %d, the top 10%% of the other keys take half or more of the rest.\n", heavies);
+}
+
+}  // namespace
+
+void add_heads_command(CLI::App& app) {
+  auto args = std::make_shared<HeadsArgs>();
+  HeadSettings& s = args->settings;
+  CLI::App* cmd = app.add_subcommand("heads", "What each attention head looks at: sinks, local tokens, heavy hitters");
+  cmd->add_option("--model", args->model_dir, "Hugging Face model folder")->capture_default_str();
+  cmd->add_option("--text", args->text, "Held-out text; documents separated by <|endoftext|>")->capture_default_str();
+  cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
+  cmd->add_option("--from", s.from, "First query position measured")->capture_default_str();
+  cmd->add_option("--windows", args->windows, "Windows (documents) to average over")->capture_default_str();
+  cmd->add_option("--sinks", s.sinks, "How many first tokens count as sinks")->capture_default_str();
+  cmd->add_option("--recent", s.recent, "How many newest tokens count as local")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->callback([args] { run_heads(*args); });
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,86 @@
+#include "eval/heads.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+#include "cache/kv_cache.h"
+#include "cache/kv_storage.h"
+#include "model/qwen3.h"
+#include "util/error.h"
+
+namespace kvscope {
+
+namespace {
+
+// Share of the middle keys' attention held by their top 10%.   received: [n] column sums
+double top_decile_share(std::vector<double> received) {
+  if (received.empty()) return 0;
+  const double total = std::accumulate(received.begin(), received.end(), 0.0);
+  const size_t top = std::max<size_t>(1, received.size() / 10);
+  std::partial_sort(received.begin(), received.begin() + top, received.end(), std::greater<>());
+  return total > 0 ? std::accumulate(received.begin(), received.begin() + top, 0.0) / total : 0;
+}
+
+}  // namespace
+
+std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vector<int>>& windows,
+                                  const HeadSettings& s) {
+  const ModelConfig& c = model.config;
+  const int heads = c.num_layers * c.num_heads;
+  if (windows.empty()) throw Error("heads: no windows");
+  const int length = int(windows[0].size());
+  if (s.from < s.sinks + s.recent || s.from >= length)
+    throw Error("heads: the first measured query must be in [sinks + recent, window length)");
+
+  std::vector<HeadStats> out(static_cast<size_t>(heads));
+  int queries = 0;
+  for (const std::vector<int>& w : windows) {
+    if (int(w.size()) != length) throw Error("heads: windows of different lengths");
+    PagedKvCache cache((length + 15) / 16, 16, MemoryStrategy::HolesOnly);
+    KvStorage kv(c, cache.num_blocks(), 16);
+    const int seq = cache.add_sequence();
+    RunState state;
+    forward(model, cache, kv, seq, state, w.data(), s.from);
+
+    std::vector<float> row;   // [layer, head, table slots]: one query's probabilities (slot j = position j)
+    ForwardOptions eager;
+    eager.attention = AttentionPath::Eager;
+    eager.prob_sums = &row;
+    // Middle keys are those no query treats as sink or local: [sinks, from - recent).
+    const int mid_end = s.from - s.recent;
+    std::vector<std::vector<double>> received(size_t(heads), std::vector<double>(size_t(mid_end - s.sinks), 0.0));
+    for (int q = s.from; q < length; ++q) {
+      forward(model, cache, kv, seq, state, &w[q], 1, eager);
+      const size_t table = row.size() / size_t(heads);
+      for (int h = 0; h < heads; ++h) {
+        const float* a = row.data() + size_t(h) * table;
+        for (int p = 0; p < s.sinks; ++p) out[h].sink += a[p];
+        for (int p = q - s.recent + 1; p <= q; ++p) out[h].local += a[p];
+        for (int p = s.sinks; p < mid_end; ++p) received[h][p - s.sinks] += a[p];
+      }
+      ++queries;
+    }
+    for (int h = 0; h < heads; ++h) out[h].heavy += top_decile_share(received[h]);
+  }
+  for (HeadStats& h : out) {
+    h.sink /= queries;
+    h.local /= queries;
+    h.heavy /= double(windows.size());
+  }
+  return out;
+}
+
+HeadStats uniform_head_stats(int length, const HeadSettings& s) {
+  HeadStats u;
+  for (int q = s.from; q < length; ++q) {
+    u.sink += double(s.sinks) / (q + 1);
+    u.local += double(s.recent) / (q + 1);
+  }
+  u.sink /= length - s.from;
+  u.local /= length - s.from;
+  u.heavy = 0.1;
+  return u;
+}
+
+}  // namespace kvscope

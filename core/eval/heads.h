@@ -1,0 +1,38 @@
+// What each attention head does: the structure that eviction relies on.
+//
+// For every query at positions [from, length) of each window (full cache, eager
+// attention, one query at a time), per layer and query head:
+//
+//   sink   = sum of a(q, p) over the first `sinks` positions p      (attention sinks)
+//   local  = sum of a(q, p) over the newest `recent` positions       (local heads)
+//   heavy  = of the attention to the other (middle) keys, the share that the top
+//            10% of them by total received attention get             (heavy hitters)
+//
+// averaged over queries. A head that spread its attention evenly would have
+// sink = sinks/q, local = recent/q and heavy = 10%.
+#pragma once
+
+#include <vector>
+
+#include "model/weights.h"
+
+namespace kvscope {
+
+struct HeadStats {
+  double sink = 0, local = 0, heavy = 0;
+};
+
+struct HeadSettings {
+  int from = 256;    // first query position measured
+  int sinks = 4;
+  int recent = 32;
+};
+
+// [layer * num_heads + head]. windows: token ids, all of one length > from.
+std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vector<int>>& windows,
+                                  const HeadSettings& settings);
+
+// What the statistics would be for a head attending evenly to every earlier token.
+HeadStats uniform_head_stats(int length, const HeadSettings& settings);
+
+}  // namespace kvscope

@@ -1,0 +1,33 @@
+#include "eval/windows.h"
+
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+
+std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& path, int length,
+                                           int max_windows) {
+  const std::string text = read_file(path);
+  const std::string separator = "<|endoftext|>";
+  std::vector<std::vector<int>> windows;
+  int documents = 0;
+  for (size_t begin = 0; begin <= text.size();) {
+    size_t end = text.find(separator, begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string doc = text.substr(begin, end - begin);
+    begin = end + separator.size();
+    if (doc.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    ++documents;
+    std::vector<int> ids = tokenizer.encode(doc);
+    if (int(ids.size()) < length) continue;
+    ids.resize(size_t(length));
+    windows.push_back(std::move(ids));
+    if (max_windows > 0 && int(windows.size()) == max_windows) break;
+  }
+  if (windows.empty())
+    throw file_error(path, "none of its " + std::to_string(documents) + " documents has " + std::to_string(length) +
+                               " tokens; use a shorter window");
+  return windows;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,111 @@
+// kvscope eval's measurements (core/eval) on a tiny checkpoint: the full-cache row
+// is the reference, eviction really happens, and the two memory strategies differ
+// only in the blocks they free.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "eval/eval.h"
+#include "eval/heads.h"
+#include "sample/sampler.h"
+#include "test_paths.h"
+#include "util/error.h"
+#include "util/splitmix64.h"
+
+namespace kvscope {
+namespace {
+
+std::vector<std::vector<int>> random_windows(int n, int length, int vocab, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<std::vector<int>> w(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(length)));
+  for (auto& window : w)
+    for (int& t : window) t = int(rng.next() % uint64_t(vocab));
+  return w;
+}
+
+EvalSettings small_settings() {
+  EvalSettings s;
+  s.context = 160;
+  s.continuation = 8;
+  s.keep = {0.3, 0.6};
+  s.policies = {"streaming", "h2o", "random", "oracle"};
+  s.slack = 8;
+  s.sinks = 4;
+  s.recent = 16;
+  return s;
+}
+
+TEST(Eval, FullCacheRowIsTheReferenceAndEveryRowIsFilled) {
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  const EvalSettings s = small_settings();
+  const EvalReport r = evaluate(m, random_windows(2, s.context + 1, 300, 1), s);
+  ASSERT_EQ(r.rows.size(), 1 + s.policies.size() * s.keep.size());
+  EXPECT_EQ(r.rows[0].policy, "full");
+  EXPECT_EQ(r.rows[0].top1_agreement, 1.0);
+  EXPECT_EQ(r.rows[0].greedy_match, 1.0);
+  EXPECT_EQ(r.rows[0].blocks_freed_compact, 0.0);
+  for (const EvalRow& row : r.rows) {
+    EXPECT_TRUE(std::isfinite(row.perplexity) && row.perplexity > 1) << row.policy;
+    if (row.policy == "full") continue;
+    EXPECT_EQ(row.budget, int(std::lround(row.keep * s.context)));
+    // Eviction happened: at most budget + slack of the context's tokens are live.
+    EXPECT_GE(row.evicted, 1.0 - double(row.budget + s.slack) / s.context - 1e-9) << row.policy;
+    // Compaction frees every block that the kept tokens do not need; holes only can't do better.
+    EXPECT_GE(row.blocks_freed_compact, row.blocks_freed_holes) << row.policy;
+    EXPECT_GT(row.blocks_freed_compact, 0.25) << row.policy;
+  }
+}
+
+TEST(Eval, StreamingKeepsWholeBlocksSoHolesFreeAsMuchAsCompaction) {
+  // Streaming drops the oldest tokens (after the sinks): the survivors are
+  // contiguous, so whole blocks empty out without any compaction.
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  EvalSettings s = small_settings();
+  s.policies = {"streaming"};
+  s.sinks = 0;
+  const EvalReport r = evaluate(m, random_windows(1, s.context + 1, 300, 2), s);
+  for (size_t i = 1; i < r.rows.size(); ++i)
+    EXPECT_NEAR(r.rows[i].blocks_freed_holes, r.rows[i].blocks_freed_compact, 1.0 / 11 + 1e-9);
+}
+
+TEST(Eval, RefusesBadSettingsWithAMessage) {
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  EvalSettings s = small_settings();
+  const auto w = random_windows(1, s.context + 1, 300, 3);
+  s.keep = {1.5};
+  EXPECT_THROW(evaluate(m, w, s), Error);
+  s.keep = {0.05};   // 8 tokens < sinks + recent
+  EXPECT_THROW(evaluate(m, w, s), Error);
+  s = small_settings();
+  s.policies = {"triattention"};   // no calibration file
+  EXPECT_THROW(evaluate(m, w, s), Error);
+  s = small_settings();
+  EXPECT_THROW(evaluate(m, random_windows(1, s.context, 300, 3), s), Error);   // one token short
+}
+
+TEST(Heads, EvenAttentionBaselineMatchesItsDefinition) {
+  HeadSettings s;
+  s.from = 100;
+  s.sinks = 4;
+  s.recent = 10;
+  const HeadStats u = uniform_head_stats(101, s);   // one query, at position 100: 101 keys
+  EXPECT_NEAR(u.sink, 4.0 / 101, 1e-12);
+  EXPECT_NEAR(u.local, 10.0 / 101, 1e-12);
+}
+
+TEST(Heads, SharesAreFractionsOfEachQuerysAttention) {
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  HeadSettings s;
+  s.from = 64;
+  const auto stats = head_stats(m, random_windows(2, 96, 300, 4), s);
+  ASSERT_EQ(stats.size(), size_t(m.config.num_layers * m.config.num_heads));
+  for (const HeadStats& h : stats) {
+    EXPECT_GT(h.sink, 0);
+    EXPECT_LT(h.sink + h.local, 1.0 + 1e-6);
+    EXPECT_GE(h.heavy, 0.1 - 1e-6);   // the top tenth holds at least a tenth
+    EXPECT_LE(h.heavy, 1.0 + 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace kvscope
