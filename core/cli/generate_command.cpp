@@ -76,6 +76,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.model_dir == std::string(KVSCOPE_ASSETS_DIR) + "/model" && !file_exists(a.model_dir + "/config.json"))
     throw Error(a.model_dir + ": no bundled model there yet; pass --model DIR (e.g. tests/models/tiny-tied)");
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
+  print_warnings(model.warnings);
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
 
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
