@@ -255,7 +255,7 @@ Trace read_trace(const std::string& path) {
 
   Trace t{p.header, {}};
   t.events.reserve(p.num_events);
-  std::vector<uint8_t> buf(kChunkEvents * kTraceRecordBytes);
+  std::vector<uint8_t> buf(std::min(kChunkEvents, p.num_events) * kTraceRecordBytes);  // small files, small buffer
   for (size_t first = 0; first < p.num_events; first += kChunkEvents) {
     const size_t n = std::min(kChunkEvents, p.num_events - first);
     in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(n * kTraceRecordBytes));
