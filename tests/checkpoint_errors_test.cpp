@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
@@ -151,6 +153,22 @@ TEST_F(BrokenCheckpoint, OffsetsOutsideTheFile) {
   expect_error(weights(), "truncated file?");
 }
 
+TEST_F(BrokenCheckpoint, TrailingBytesAfterTheLastTensor) {
+  write(weights(), read_file(weights()) + std::string(24, '\0'));  // oversized: data no tensor claims
+  expect_error(weights(), "24 bytes after the last tensor");
+}
+
+TEST_F(BrokenCheckpoint, OffsetsLeaveAGapOrRunBackwards) {
+  edit_weights([](Parts& p) {
+    auto& off = p.header["model.norm.weight"]["data_offsets"];
+    off = {off[0].get<uint64_t>() + 4, off[1].get<uint64_t>() + 4};  // 4 unclaimed bytes before it
+    p.data += std::string(4, '\0');
+  });
+  expect_error(weights(), "gap in the data before tensor \"model.norm.weight\"");
+  edit_weights([](Parts& p) { p.header["model.norm.weight"]["data_offsets"] = {8, 4}; });
+  expect_error(weights(), "data_offsets end before they begin");
+}
+
 TEST_F(BrokenCheckpoint, UnsupportedDtype) {
   edit_weights([](Parts& p) { p.header["model.norm.weight"]["dtype"] = "I8"; });
   expect_error(weights(), "dtype I8");
@@ -223,6 +241,51 @@ TEST_F(BrokenCheckpoint, ShardIndexPointsAtWrongFile) {
   j["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
   write(index, j.dump());
   expect_error(index, "weight_map puts \"model.norm.weight\" in model-00001-of-00002.safetensors");
+}
+
+// Loadable but suspicious: the model loads, Model::warnings says what is wrong,
+// and the program prints it as "kvscope: warning: ..." and carries on (exit 0).
+class SuspiciousCheckpoint : public BrokenCheckpoint {
+ protected:
+  void expect_warning(const std::string& warning) {
+    Model m;
+    ASSERT_NO_THROW(m = load_model(dir_.string()));
+    ASSERT_EQ(m.warnings.size(), 1u);
+    EXPECT_NE(m.warnings[0].find(warning), std::string::npos) << m.warnings[0];
+
+    const std::string cmd = test::binary_path("kvscope") + " generate --model '" + dir_.string() +
+                            "' --prompt hi -n 1 --temperature 0 2>&1 >/dev/null";
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string err;
+    char buf[512];
+    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) err.append(buf, n);
+    const int status = ::pclose(pipe);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exit status " << status << ": " << err;
+    EXPECT_EQ(err.rfind("kvscope: warning: " + m.warnings[0] + "\n", 0), 0u) << err;
+  }
+
+  // Sets element i of an F32 tensor.
+  void set_f32(const std::string& tensor, size_t i, float value) {
+    edit_weights([&](Parts& p) {
+      const size_t at = p.header[tensor]["data_offsets"][0].get<size_t>() + 4 * i;
+      std::memcpy(p.data.data() + at, &value, 4);
+    });
+  }
+};
+
+TEST_F(SuspiciousCheckpoint, NanWeightIsAWarningNotAnError) {
+  // Untied, so the row of a token the prompt never uses holds the NaN: the run
+  // itself stays finite, and only the warning tells.
+  make_copy("tiny-untied");
+  set_f32("model.embed_tokens.weight", 300 * 64 + 5, std::numeric_limits<float>::quiet_NaN());
+  set_f32("model.embed_tokens.weight", 301 * 64, std::numeric_limits<float>::infinity());
+  expect_warning(weights().string() + ": tensor \"model.embed_tokens.weight\" holds 2 NaN or infinite values (of 24576)");
+}
+
+TEST_F(SuspiciousCheckpoint, DtypeOtherThanTheConfigSaysIsAWarning) {
+  edit_config([](json& c) { c["torch_dtype"] = "bfloat16"; });  // the tensors are F32
+  expect_warning("is F32 but config.json says torch_dtype \"bfloat16\" (as are 23 more tensors); loaded as stored");
 }
 
 TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {

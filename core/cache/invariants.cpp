@@ -1,6 +1,7 @@
 #include "cache/invariants.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -133,6 +134,19 @@ void check_invariants(const PagedKvCache& cache) {
     check_holes(cache, seq);
   }
   check_other_blocks(cache, in_table);
+}
+
+void check_kept(const PagedKvCache& cache, int seq, std::vector<int64_t> expected) {
+  std::vector<int64_t> live = cache.live_positions(seq);
+  std::sort(live.begin(), live.end());
+  std::sort(expected.begin(), expected.end());
+  if (live == expected) return;
+  std::vector<int64_t> lost, extra;
+  std::set_difference(expected.begin(), expected.end(), live.begin(), live.end(), std::back_inserter(lost));
+  std::set_difference(live.begin(), live.end(), expected.begin(), expected.end(), std::back_inserter(extra));
+  if (!lost.empty()) fail(seq_name(seq) + ": position " + std::to_string(lost[0]) + " was kept but is no longer live");
+  if (!extra.empty()) fail(seq_name(seq) + ": position " + std::to_string(extra[0]) + " is live but was not kept");
+  fail(seq_name(seq) + ": a kept position is listed twice");
 }
 
 }  // namespace kvscope

@@ -21,7 +21,15 @@
 //   holes      ReuseHoles: exactly the empty written slots of the sequence's own
 //              blocks, the first in table order at the back (filled next);
 //              the other strategies keep no holes list
+//
+// One rule needs to know what happened, not just the state: no token a policy
+// kept is ever lost. check_kept compares the live positions with the ones the
+// caller expects (what the policy kept, plus what was appended since); the
+// engine runs it after every eviction round, the tests after every operation.
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "cache/kv_cache.h"
 
@@ -31,5 +39,10 @@ namespace kvscope {
 // slot and the broken rule, e.g.
 // "invariant: sequence 2: block 7 holds no live token but is still in the table".
 void check_invariants(const PagedKvCache& cache);
+
+// Throws unless the live positions of `seq` are exactly `expected` (any order):
+// "invariant: sequence 2: position 77 was kept but is no longer live", or
+// "... position 80 is live but was not kept".
+void check_kept(const PagedKvCache& cache, int seq, std::vector<int64_t> expected);
 
 }  // namespace kvscope

@@ -36,10 +36,14 @@ MemoryStrategy parse_strategy(const std::string& name) {
   throw Error("unknown memory strategy \"" + name + "\" (choose holes, reuse or compact)");
 }
 
-PagedKvCache::PagedKvCache(int num_blocks, int block_size, MemoryStrategy strategy, EventLog* log)
-    : pool_(num_blocks), block_size_(block_size), strategy_(strategy), log_(log) {
+void check_block_size(int block_size) {
   if (block_size < 1 || block_size > kMaxBlockSize)
     throw Error("block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " + std::to_string(block_size));
+}
+
+PagedKvCache::PagedKvCache(int num_blocks, int block_size, MemoryStrategy strategy, EventLog* log)
+    : pool_(num_blocks), block_size_(block_size), strategy_(strategy), log_(log) {
+  check_block_size(block_size);
   slot_pos_.assign(size_t(num_blocks) * block_size, kEmpty);
   owner_.assign(size_t(num_blocks), -1);
 }

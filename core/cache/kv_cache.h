@@ -33,6 +33,8 @@ MemoryStrategy parse_strategy(const std::string& name);  // throws kvscope::Erro
 
 constexpr int64_t kEmpty = -1;  // the position of a slot that holds no token
 constexpr int kMaxBlockSize = 256;
+// kvscope::Error "block size must be between 1 and 256, got N" for a size outside that range.
+void check_block_size(int block_size);
 
 struct SlotRef {
   int block = -1;  // physical block

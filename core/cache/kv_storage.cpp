@@ -26,6 +26,7 @@ size_t KvStorage::bytes_per_block(const ModelConfig& c, int block_size) {
 }
 
 int blocks_for_budget(const ModelConfig& c, int block_size, size_t bytes) {
+  check_block_size(block_size);
   const size_t per_block = KvStorage::bytes_per_block(c, block_size);
   const size_t n = bytes / per_block;
   if (n < 1)

@@ -17,7 +17,10 @@ namespace {
 constexpr const char* kMagic = "kvscope-trace";
 constexpr int kVersion = 1;
 constexpr int kNumKinds = int(EventKind::RoundEnd) + 1;
-constexpr int kMaxSequenceId = 1 << 24;   // ids are handed out 0, 1, 2, ...: anything larger is a corrupt stream
+// Limits that keep a corrupt file from asking for gigabytes before it is found
+// out (Occupancy allocates per slot and per sequence id). Real runs are far below.
+constexpr int kMaxSequenceId = 1 << 20;      // ids are handed out 0, 1, 2, ...: anything larger is a corrupt stream
+constexpr int64_t kMaxSlots = int64_t(1) << 26;  // num_blocks x block_size: 64M tokens, 512 MB to replay
 constexpr size_t kChunkEvents = 1 << 16;  // records per read or write: 1.7 MB of buffer
 
 // ---- the 26-byte record ------------------------------------------------------
@@ -153,8 +156,9 @@ ParsedHeader parse_header(const std::string& line, const std::string& path) {
   if (bs < 1 || bs > kMaxBlockSize)
     throw file_error(path, "header block_size=" + std::to_string(bs) + " is out of range [1, " +
                                std::to_string(kMaxBlockSize) + "]");
-  if (nb < 1 || nb > (int64_t(1) << 30))
-    throw file_error(path, "header num_blocks=" + std::to_string(nb) + " is out of range");
+  if (nb < 1 || nb > kMaxSlots / bs)
+    throw file_error(path, "header num_blocks=" + std::to_string(nb) + " is out of range [1, " +
+                               std::to_string(kMaxSlots / bs) + "] for block_size=" + std::to_string(bs));
   p.header.block_size = int(bs);
   p.header.num_blocks = int(nb);
   p.num_events = size_t(header_int(fields, "events", path));
@@ -251,7 +255,7 @@ Trace read_trace(const std::string& path) {
 
   Trace t{p.header, {}};
   t.events.reserve(p.num_events);
-  std::vector<uint8_t> buf(kChunkEvents * kTraceRecordBytes);
+  std::vector<uint8_t> buf(std::min(kChunkEvents, p.num_events) * kTraceRecordBytes);  // small files, small buffer
   for (size_t first = 0; first < p.num_events; first += kChunkEvents) {
     const size_t n = std::min(kChunkEvents, p.num_events - first);
     in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(n * kTraceRecordBytes));

@@ -68,6 +68,7 @@ void run_calibrate(const CalibrateArgs& a) {
   const std::string text = read_file(a.text);  // names the file if missing
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw file_error(a.text, "the text is empty");
   Model model = load_model(a.model_dir);
+  print_warnings(model.warnings);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   std::vector<int> tokens = tokenizer.encode(text);
   const size_t in_text = tokens.size();

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 namespace kvscope::cli {
 
@@ -20,5 +22,8 @@ void add_simulate_command(CLI::App& app);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);
+
+// Each line on stderr as "kvscope: warning: LINE" (e.g. Model::warnings).
+void print_warnings(const std::vector<std::string>& warnings);
 
 }  // namespace kvscope::cli

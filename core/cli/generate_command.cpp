@@ -61,11 +61,22 @@ void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
   std::fprintf(stderr, "  compaction moved %.2f MB\n", s.bytes_moved / 1e6);
 }
 
+// The flags that need no model, checked before loading one.
+void check_args(const GenerateArgs& a) {
+  if (a.block_size < 1 || a.block_size > kMaxBlockSize)
+    throw Error("--block-size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
+                std::to_string(a.block_size));
+  if (!(a.kv_memory_mb >= 0)) throw Error("--kv-memory must be >= 0 MB");
+  EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
+}
+
 void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
+  check_args(a);
   if (a.model_dir == std::string(KVSCOPE_ASSETS_DIR) + "/model" && !file_exists(a.model_dir + "/config.json"))
     throw Error(a.model_dir + ": no bundled model there yet; pass --model DIR (e.g. tests/models/tiny-tied)");
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
+  print_warnings(model.warnings);
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
 
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
@@ -80,7 +91,6 @@ void run_generate(const GenerateArgs& a) {
   options.engine.block_size = a.block_size;
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = {a.budget, a.slack, a.sinks, a.recent};
-  options.engine.schedule.validate();
   if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, a.calibration, model.config);
   options.engine.num_blocks =
       a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))

@@ -5,6 +5,8 @@
 //   kvscope devices  the CPU threads and the CUDA GPUs this build can use
 //
 // Every failure is one line on stderr, "kvscope: error: <file>: <problem>", and exit code 1.
+// Input that is usable but suspicious (NaN weights, say) gives "kvscope: warning: ..." lines
+// on stderr, and the run goes on.
 #include <omp.h>
 
 #include <cstdio>
@@ -17,6 +19,10 @@ namespace kvscope::cli {
 void set_threads(int threads) {
   if (threads < 0) throw Error("--threads must be >= 0");
   if (threads > 0) omp_set_num_threads(threads);
+}
+
+void print_warnings(const std::vector<std::string>& warnings) {
+  for (const std::string& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
 }
 }  // namespace kvscope::cli
 

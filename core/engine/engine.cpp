@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "cache/invariants.h"
 #include "util/error.h"
 
 namespace kvscope {
@@ -64,7 +65,8 @@ void Engine::evict_round(int seq) {
   std::sort(pos.begin(), pos.end());  // table order is token order, except after hole reuse
   const LiveSlots slots = live_slots(cache_, seq);
   const ScoreContext ctx{pos, cache_.sequence(seq).next_pos, &model_.config, &kv_, &slots};
-  const std::vector<int64_t> evicted = complement(pos, select_keep(pos, policy.scores(ctx), config_.schedule));
+  const std::vector<int64_t> kept = select_keep(pos, policy.scores(ctx), config_.schedule);
+  const std::vector<int64_t> evicted = complement(pos, kept);
   cache_.evict(seq, evicted);
   policy.forget(evicted);
   if (config_.strategy == MemoryStrategy::Compact) {
@@ -72,6 +74,7 @@ void Engine::evict_round(int seq) {
     stats_[seq].bytes_moved += kv_.apply(plan);
     cache_.commit_compaction(seq, plan);
   }
+  check_kept(cache_, seq, kept);  // cheap next to a forward pass; a lost token would be a cache bug
   ++stats_[seq].rounds;
   cache_.end_round(seq);
 }

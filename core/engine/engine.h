@@ -54,6 +54,9 @@ class Engine {
   void release_sequence(int seq);
 
   // Runs the tokens and returns the logits of the last one. [vocab]
+  // When the shared pool has no room for them, the step is refused: kvscope::Error
+  // "block pool exhausted: sequence N ... refused", and nothing changes (not this
+  // sequence, not the others). The caller may retry once blocks are freed.
   const float* prefill(int seq, const std::vector<int>& tokens);
   const float* decode(int seq, int token);
 

@@ -25,6 +25,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
   const int vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;
 
   EngineConfig config = options.engine;
+  check_block_size(config.block_size);  // before it divides anything
   if (config.num_blocks == 0) config.num_blocks = (total + config.block_size - 1) / config.block_size;
   Engine engine(model, config, options.events);
   const int seq = engine.add_sequence();

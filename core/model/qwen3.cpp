@@ -88,10 +88,13 @@ const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
       throw Error("forward: token id " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
                   std::to_string(c.vocab_size) + ")");
+  // Refused before anything is written: the sequence stays as it was and can
+  // retry the same step once blocks are freed; other sequences are untouched.
   if (cache.room(seq) < T)
     throw Error("block pool exhausted: sequence " + std::to_string(seq) + " needs room for " + std::to_string(T) +
-                " more tokens, the pool has " + std::to_string(cache.room(seq)) + " (" +
-                std::to_string(cache.pool().num_free()) + " free blocks of " + std::to_string(cache.block_size()) + ")");
+                (T == 1 ? " more token" : " more tokens") + ", the pool has " + std::to_string(cache.room(seq)) + " (" +
+                std::to_string(cache.pool().num_free()) + " free blocks of " + std::to_string(cache.block_size()) +
+                "); the step is refused and the sequence is unchanged (free blocks, then retry)");
   if (cache.sequence(seq).next_pos + T > c.max_position_embeddings)
     throw Error("forward: position " + std::to_string(cache.sequence(seq).next_pos + T - 1) +
                 " is past the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");

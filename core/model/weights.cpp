@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "model/bf16.h"
@@ -90,6 +91,70 @@ float element(const TensorView& t, int64_t i) {
   return 0;
 }
 
+// Values that are NaN or infinite: every exponent bit set, in each of the three formats.
+int64_t count_non_finite(const TensorView& t) {
+  const int64_t n = t.numel();
+  int64_t bad = 0;
+  if (t.dtype == DType::F32) {
+#pragma omp parallel for reduction(+ : bad) if (n > (1 << 22))
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u;
+      std::memcpy(&u, t.data + 4 * i, 4);
+      bad += (u & 0x7F800000u) == 0x7F800000u;
+    }
+  } else {
+    const uint16_t exponent = t.dtype == DType::BF16 ? 0x7F80 : 0x7C00;
+#pragma omp parallel for reduction(+ : bad) if (n > (1 << 22))
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      bad += (h & exponent) == exponent;
+    }
+  }
+  return bad;
+}
+
+// config.json's torch_dtype as a DType; nullopt when absent or unknown.
+std::optional<DType> config_dtype(const ModelConfig& c) {
+  if (c.torch_dtype == "float32") return DType::F32;
+  if (c.torch_dtype == "float16") return DType::F16;
+  if (c.torch_dtype == "bfloat16") return DType::BF16;
+  return std::nullopt;
+}
+
+// Tensors holding NaN or infinite values (the output turns NaN as soon as one
+// is read): one line per tensor, the first few of them.
+void warn_non_finite(const std::map<std::string, TensorView>& tensors, std::vector<std::string>& out) {
+  constexpr int kListed = 8;
+  int found = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t bad = count_non_finite(t);
+    if (bad == 0 || ++found > kListed) continue;
+    out.push_back(t.file + ": tensor \"" + name + "\" holds " + std::to_string(bad) + " NaN or infinite value" +
+                  (bad == 1 ? "" : "s") + " (of " + std::to_string(t.numel()) + "); its outputs will be NaN");
+  }
+  if (found > kListed)
+    out.push_back("... and " + std::to_string(found - kListed) + " more tensors with NaN or infinite values");
+}
+
+// Tensors stored in another dtype than config.json's torch_dtype: loaded as
+// stored, so the numbers are right, but the checkpoint is not what its config says.
+void warn_dtype(const ModelConfig& c, const std::map<std::string, TensorView>& tensors, std::vector<std::string>& out) {
+  const std::optional<DType> want = config_dtype(c);
+  if (!want) return;
+  const TensorView* first = nullptr;
+  int count = 0;
+  for (const auto& [name, t] : tensors) {
+    if (t.dtype == *want) continue;
+    if (!first) first = &t;
+    ++count;
+  }
+  if (count == 0) return;
+  out.push_back(first->file + ": tensor \"" + first->name + "\" is " + dtype_name(first->dtype) +
+                " but config.json says torch_dtype \"" + c.torch_dtype + "\"" +
+                (count > 1 ? " (as are " + std::to_string(count - 1) + " more tensors)" : "") + "; loaded as stored");
+}
+
 }  // namespace
 
 Model load_model(const std::string& model_dir, WeightFormat format) {
@@ -120,6 +185,8 @@ Model load_model(const std::string& model_dir, WeightFormat format) {
     }
     throw file_error(t.file, "unexpected tensor \"" + name + "\" (not part of a Qwen3 model with this config)");
   }
+  warn_non_finite(tensors, m.warnings);
+  warn_dtype(c, tensors, m.warnings);
 
   auto matrix = [&](const std::string& name) {
     const TensorView& t = tensors.at(name);

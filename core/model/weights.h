@@ -67,10 +67,15 @@ enum class WeightFormat {
 struct Model {
   ModelConfig config;
   Weights weights;
+  // What loads but looks wrong, one line each, naming the file and tensor:
+  // NaN or infinite weights, tensors stored in another dtype than config.json's
+  // torch_dtype. The program prints each as "kvscope: warning: ...".
+  std::vector<std::string> warnings;
 };
 
 // Loads DIR/config.json and the safetensors of DIR, validating every tensor:
 // no missing, unexpected or mis-shaped tensors. Errors name the file and the tensor.
+// Suspicious but usable weights are not errors: see Model::warnings.
 Model load_model(const std::string& model_dir, WeightFormat format = WeightFormat::AsStored);
 
 // A model with random weights (seeded), for benchmarks of real-size shapes

@@ -1,0 +1,100 @@
+// Bad input to `kvscope generate` that is not a bad checkpoint (those are in
+// checkpoint_errors_test.cpp): flags out of range, a prompt that is not UTF-8, a
+// KV pool too small for one block, and a pool that runs out mid-generation.
+// Each is a one-line "kvscope: error: ..." on stderr and exit code 1, never a
+// crash; the library gives the same message as a kvscope::Error.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cache/kv_storage.h"
+#include "model/config.h"
+#include "test_paths.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+namespace {
+
+struct ProgramRun {
+  int code = -1;    // exit code, -1 when it did not exit normally (a crash)
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs `kvscope ARGS` through the shell (so ARGS may hold $(printf ...)).
+ProgramRun run_kvscope(const std::string& args) {
+  const std::string err_path = test::binary_path("bad_input_stderr_" + std::to_string(::getpid()));
+  const std::string cmd = test::binary_path("kvscope") + " " + args + " 2>'" + err_path + "'";
+  ProgramRun r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) r.out.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_file(err_path);
+  std::remove(err_path.c_str());
+  return r;
+}
+
+const std::string kTiny = "generate --model '" + test::tiny_model("tiny-tied") + "' --temperature 0 ";
+
+// Exit code 1 and exactly one line on stderr: "kvscope: error: " and a message holding `part`.
+void expect_one_line_error(const std::string& args, const std::string& part) {
+  const ProgramRun r = run_kvscope(args);
+  EXPECT_EQ(r.code, 1) << args << "\n" << r.err;
+  EXPECT_EQ(r.err.rfind("kvscope: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+}
+
+TEST(BadInput, BlockSizeZeroOrOver256) {
+  // Block size 0 used to reach a division by zero (SIGFPE) before any check.
+  expect_one_line_error(kTiny + "--prompt hi --block-size 0", "--block-size must be between 1 and 256, got 0");
+  expect_one_line_error(kTiny + "--prompt hi --block-size 257", "--block-size must be between 1 and 256, got 257");
+  expect_one_line_error(kTiny + "--prompt hi --block-size -4", "got -4");
+}
+
+TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {
+  expect_one_line_error(kTiny + "--prompt hi --budget 20 --sinks 4 --recent 32",
+                        "eviction budget 20 is smaller than the protected tokens (4 sinks + 32 recent)");
+}
+
+TEST(BadInput, PromptThatIsNotUtf8) {
+  expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
+}
+
+TEST(BadInput, KvMemoryTooSmallForOneBlock) {
+  // tiny-tied: 2 layers x 16 slots x 64 K and 64 V floats = 16384 bytes a block.
+  const ModelConfig c = load_config(test::tiny_model("tiny-tied"));
+  EXPECT_EQ(KvStorage::bytes_per_block(c, 16), 16384u);
+  try {
+    blocks_for_budget(c, 16, 16383);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "a KV memory budget of 16383 bytes is smaller than one block (16384 bytes for 16 tokens)");
+  }
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.01",
+                        "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory must be >= 0 MB");
+}
+
+TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
+  // One block of 16 slots and no eviction: the 17th token has nowhere to go. The
+  // text streamed so far stays printed; then the refusal, on one line.
+  const ProgramRun r = run_kvscope(kTiny + "--prompt 'Once upon' -n 40 --kv-memory 0.02");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), std::string("Once upon").size()) << "no token was generated before the pool ran out";
+  const std::string want =
+      "kvscope: error: block pool exhausted: sequence 0 needs room for 1 more token, the pool has 0 (0 free blocks of "
+      "16); the step is refused and the sequence is unchanged (free blocks, then retry)\n";
+  EXPECT_EQ(r.err, want);
+}
+
+}  // namespace
+}  // namespace kvscope
