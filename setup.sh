@@ -107,8 +107,11 @@ case "$mode" in
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSCOPE_CUDA=OFF \
       -DKVSCOPE_SANITIZE=address,undefined ${CMAKE_ARGS:-}
     cmake --build build-asan -j "$jobs"
+    # The doc tests (label "doc") check the tutorials' text against their programs'
+    # output; they are the slowest tests and say nothing new about memory safety
+    # (the code they run is covered by the unit tests), so they run once, in `test`.
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --test-dir build-asan --output-on-failure -j "$jobs"
+      ctest --test-dir build-asan --output-on-failure -j "$jobs" --label-exclude doc
     ;;
   fuzz)
     fuzz
