@@ -3,6 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+
+#include "model/backend.h"
 
 namespace kvscope::cli {
 
@@ -11,6 +14,9 @@ void add_bench_command(CLI::App& app);  // `bench` and its parts:
 void add_bench_decode_command(CLI::App& bench);
 void add_bench_attention_command(CLI::App& bench);
 void add_bench_compaction_command(CLI::App& bench);
+void add_bench_gpu_attention_command(CLI::App& bench);  // the same questions on a CUDA GPU
+void add_bench_gpu_compaction_command(CLI::App& bench);
+void add_bench_gpu_decode_command(CLI::App& bench);
 void add_devices_command(CLI::App& app);
 void add_memory_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
@@ -18,5 +24,10 @@ void add_simulate_command(CLI::App& app);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);
+
+// --device cpu|cuda: the backend factory for an EngineConfig (empty for the CPU).
+// kvscope::Error "--device cuda: no CUDA GPU found (...)" or "... this build has no
+// CUDA backend ..." when the GPU cannot be used.
+BackendFactory backend_for_device(const std::string& device);
 
 }  // namespace kvscope::cli

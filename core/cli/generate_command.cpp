@@ -29,6 +29,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string weights = "stored";
+  std::string device = "cpu";
   // The cache and eviction.
   int block_size = 16;
   std::string strategy = "compact";
@@ -63,6 +64,7 @@ void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
 
 void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
+  const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   if (a.model_dir == std::string(KVSCOPE_ASSETS_DIR) + "/model" && !file_exists(a.model_dir + "/config.json"))
     throw Error(a.model_dir + ": no bundled model there yet; pass --model DIR (e.g. tests/models/tiny-tied)");
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
@@ -79,6 +81,7 @@ void run_generate(const GenerateArgs& a) {
   options.vocab_limit = tokenizer.vocab_size();
   options.engine.block_size = a.block_size;
   options.engine.strategy = parse_strategy(a.strategy);
+  options.engine.backend = backend;
   options.engine.schedule = {a.budget, a.slack, a.sinks, a.recent};
   options.engine.schedule.validate();
   if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, a.calibration, model.config);
@@ -133,6 +136,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--weights", args->weights, "Hold matrices as stored, or convert to f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"stored", "f32", "bf16"}));
+  cmd->add_option("--device", args->device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block (1 to 256)")->capture_default_str();
   cmd->add_option("--strategy", args->strategy, "After eviction: holes (blocks free only when empty), reuse (fill holes), compact")
       ->capture_default_str()
