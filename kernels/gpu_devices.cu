@@ -17,9 +17,14 @@ std::vector<GpuInfo> list_gpus(std::string& why) {
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
-    gpus.push_back({i, p.name, p.major, p.minor, p.totalGlobalMem});
+    GpuInfo g{i, p.name, p.major, p.minor, p.totalGlobalMem};
+    cudaDeviceGetAttribute(&g.memory_clock_khz, cudaDevAttrMemoryClockRate, i);
+    cudaDeviceGetAttribute(&g.memory_bus_bits, cudaDevAttrGlobalMemoryBusWidth, i);
+    gpus.push_back(g);
   }
   return gpus;
 }
+
+bool gpu_available(std::string& why) { return !list_gpus(why).empty(); }
 
 }  // namespace kvscope::cuda

@@ -11,10 +11,18 @@ struct GpuInfo {
   std::string name;
   int compute_major = 0, compute_minor = 0;
   size_t memory_bytes = 0;
+  int memory_clock_khz = 0;   // peak memory clock
+  int memory_bus_bits = 0;    // memory bus width
+
+  // Peak DRAM bandwidth in bytes/s: two transfers per clock (DDR) over the bus.
+  double peak_bandwidth() const { return 2.0 * memory_clock_khz * 1e3 * memory_bus_bits / 8; }
 };
 
 // The GPUs present. With no driver or no device, an empty list and `why`
 // says what the CUDA runtime answered (any error means "no GPU").
 std::vector<GpuInfo> list_gpus(std::string& why);
+
+// True when there is at least one GPU; otherwise false and `why` as above.
+bool gpu_available(std::string& why);
 
 }  // namespace kvscope::cuda

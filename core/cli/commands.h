@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/backend.h"
+
 namespace kvscope::cli {
 
 void add_generate_command(CLI::App& app);
@@ -13,6 +15,9 @@ void add_bench_command(CLI::App& app);  // `bench` and its parts:
 void add_bench_decode_command(CLI::App& bench);
 void add_bench_attention_command(CLI::App& bench);
 void add_bench_compaction_command(CLI::App& bench);
+void add_bench_gpu_attention_command(CLI::App& bench);  // the same questions on a CUDA GPU
+void add_bench_gpu_compaction_command(CLI::App& bench);
+void add_bench_gpu_decode_command(CLI::App& bench);
 void add_devices_command(CLI::App& app);
 void add_memory_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
@@ -25,5 +30,10 @@ void set_threads(int threads);
 
 // Each line on stderr as "kvscope: warning: LINE" (e.g. Model::warnings).
 void print_warnings(const std::vector<std::string>& warnings);
+
+// --device cpu|cuda: the backend factory for an EngineConfig (empty for the CPU).
+// kvscope::Error "--device cuda: no CUDA GPU found (...)" or "... this build has no
+// CUDA backend ..." when the GPU cannot be used.
+BackendFactory backend_for_device(const std::string& device);
 
 }  // namespace kvscope::cli

@@ -29,6 +29,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int threads = 0;
   std::string weights = "stored";
+  std::string device = "cpu";
   // The cache and eviction.
   int block_size = 16;
   std::string strategy = "compact";
@@ -73,6 +74,7 @@ void check_args(const GenerateArgs& a) {
 void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
   check_args(a);
+  const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   if (a.model_dir == std::string(KVSCOPE_ASSETS_DIR) + "/model" && !file_exists(a.model_dir + "/config.json"))
     throw Error(a.model_dir + ": no bundled model there yet; pass --model DIR (e.g. tests/models/tiny-tied)");
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
@@ -90,8 +92,12 @@ void run_generate(const GenerateArgs& a) {
   options.vocab_limit = tokenizer.vocab_size();
   options.engine.block_size = a.block_size;
   options.engine.strategy = parse_strategy(a.strategy);
+  options.engine.backend = backend;
   options.engine.schedule = {a.budget, a.slack, a.sinks, a.recent};
-  if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, a.calibration, model.config);
+  std::string calibration = a.calibration;   // default: the model folder's, if it has one
+  if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
+    calibration = a.model_dir + "/triattention-calibration.json";
+  if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, calibration, model.config);
   options.engine.num_blocks =
       a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))
                          : int((prompt.size() + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
@@ -143,6 +149,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--weights", args->weights, "Hold matrices as stored, or convert to f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"stored", "f32", "bf16"}));
+  cmd->add_option("--device", args->device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block (1 to 256)")->capture_default_str();
   cmd->add_option("--strategy", args->strategy, "After eviction: holes (blocks free only when empty), reuse (fill holes), compact")
       ->capture_default_str()
@@ -150,7 +159,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--policy", args->policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
       ->capture_default_str()
       ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
-  cmd->add_option("--calibration", args->calibration, "TriAttention calibration file (from kvscope calibrate)");
+  cmd->add_option("--calibration", args->calibration, "TriAttention calibration file (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")->capture_default_str();
   cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")->capture_default_str();
   cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")->capture_default_str();

@@ -9,7 +9,8 @@ Engine::Engine(const Model& model, const EngineConfig& config, EventLog* log)
     : model_(model),
       config_(config),
       cache_(config.num_blocks, config.block_size, config.strategy, log),
-      kv_(model.config, config.num_blocks, config.block_size) {
+      backend_(config.backend ? config.backend(model, config.num_blocks, config.block_size)
+                              : std::make_unique<CpuBackend>(model, config.num_blocks, config.block_size)) {
   config_.schedule.validate();
   if (config_.schedule.enabled() && !config_.policy) throw Error("engine: an eviction budget needs a policy");
 }
@@ -42,7 +43,7 @@ const float* Engine::step(int seq, const int* tokens, int T) {
     options.sum_from = std::max(0, T - policy->window());
     options.prob_sums = &prob_sums_;
   }
-  const float* logits = forward(model_, cache_, kv_, seq, state_, tokens, T, options);
+  const float* logits = backend_->forward(cache_, seq, tokens, T, options);
 
   if (observe) {
     // The attention each live token received, summed over layers and heads.
@@ -64,14 +65,14 @@ void Engine::evict_round(int seq) {
   std::vector<int64_t> pos = cache_.live_positions(seq);
   std::sort(pos.begin(), pos.end());  // table order is token order, except after hole reuse
   const LiveSlots slots = live_slots(cache_, seq);
-  const ScoreContext ctx{pos, cache_.sequence(seq).next_pos, &model_.config, &kv_, &slots};
+  const ScoreContext ctx{pos, cache_.sequence(seq).next_pos, &model_.config, nullptr, &slots, backend_.get()};
   const std::vector<int64_t> kept = select_keep(pos, policy.scores(ctx), config_.schedule);
   const std::vector<int64_t> evicted = complement(pos, kept);
   cache_.evict(seq, evicted);
   policy.forget(evicted);
   if (config_.strategy == MemoryStrategy::Compact) {
     const std::vector<Move> plan = cache_.plan_compaction(seq);
-    stats_[seq].bytes_moved += kv_.apply(plan);
+    stats_[seq].bytes_moved += backend_->compact(plan);  // the bytes move where they live
     cache_.commit_compaction(seq, plan);
   }
   check_kept(cache_, seq, kept);  // cheap next to a forward pass; a lost token would be a cache bug

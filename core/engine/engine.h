@@ -2,7 +2,8 @@
 // prunes them to budget as they grow.
 //
 //   prefill(seq, prompt) / decode(seq, token)
-//     -> forward (flash attention, or eager when the policy needs probabilities)
+//     -> the backend's forward (flash attention, or eager when the policy needs
+//        probabilities), on the CPU or a GPU (model/backend.h)
 //     -> the policy observes the step's attention (H2O, SnapKV)
 //     -> if the sequence's live count reached budget + slack: an eviction round
 //          scores -> select_keep -> cache.evict -> (Compact) plan, move, commit
@@ -17,6 +18,7 @@
 #include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
 #include "evict/policy.h"
+#include "model/backend.h"
 #include "model/qwen3.h"
 
 namespace kvscope {
@@ -44,6 +46,7 @@ struct EngineConfig {
   MemoryStrategy strategy = MemoryStrategy::Compact;
   EvictionSchedule schedule;   // budget 0: no eviction
   PolicyFactory policy;        // one policy object per sequence; may be empty when budget is 0
+  BackendFactory backend;      // where the model runs and K/V live; empty = the CPU
 };
 
 class Engine {
@@ -62,7 +65,7 @@ class Engine {
 
   SequenceStats stats(int seq) const;
   const PagedKvCache& cache() const { return cache_; }
-  const KvStorage& storage() const { return kv_; }
+  Backend& backend() { return *backend_; }
   EvictionPolicy* policy(int seq) { return policies_.at(seq).get(); }
 
  private:
@@ -72,8 +75,7 @@ class Engine {
   const Model& model_;
   EngineConfig config_;
   PagedKvCache cache_;
-  KvStorage kv_;
-  RunState state_;
+  std::unique_ptr<Backend> backend_;  // the weights' device copy, the K/V storage, the activations
   std::vector<std::unique_ptr<EvictionPolicy>> policies_;  // [sequence]
   std::vector<SequenceStats> stats_;                       // [sequence] rounds and bytes moved
   std::vector<float> prob_sums_;                           // eager attention output, reused

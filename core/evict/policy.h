@@ -21,6 +21,7 @@
 #include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
 #include "model/attention.h"
+#include "model/backend.h"
 #include "model/config.h"
 
 namespace kvscope {
@@ -43,10 +44,12 @@ struct EvictionSchedule {
 struct ScoreContext {
   const std::vector<int64_t>& pos;  // [n] live positions, ascending
   int64_t now;                      // position of the next token to be generated
-  // Only for policies that read keys (TriAttention): the sequence's cached keys.
+  // Only for policies that read keys (TriAttention): the sequence's cached keys,
+  // in a KvStorage on the CPU or, when `backend` is set, wherever the backend keeps them.
   const ModelConfig* config = nullptr;
   const KvStorage* kv = nullptr;
   const LiveSlots* slots = nullptr;  // the same tokens as pos, in table order
+  Backend* backend = nullptr;        // asked for the key scores when set (the engine sets it)
 };
 
 class EvictionPolicy {

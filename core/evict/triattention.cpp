@@ -447,8 +447,8 @@ double TriScorer::norm(int layer, int head, const float* key) const {
 }
 
 std::vector<float> triattention_scores(const TriCalibration& cal, const ScoreContext& ctx) {
-  if (!ctx.kv || !ctx.slots || !ctx.config)
-    throw Error("triattention: the score context carries no cached keys (kv, slots and config are needed)");
+  if ((!ctx.kv && !ctx.backend) || !ctx.slots || !ctx.config)
+    throw Error("triattention: the score context carries no cached keys (kv or backend, slots and config are needed)");
   const ModelConfig& c = *ctx.config;
   cal.check_matches(c, "triattention calibration" + (cal.text.empty() ? std::string() : " (text " + cal.text + ")"));
   const int n = int(ctx.pos.size());
@@ -467,31 +467,22 @@ std::vector<float> triattention_scores(const TriCalibration& cal, const ScoreCon
     where[i] = int(it - ctx.pos.begin());
   }
 
+  // The raw score of every key for every (layer, query head): mean over delta of
+  // S_trig (w . k~) plus S_norm, computed where the keys are (CPU or GPU).
   const TriScorer scorer(cal, ctx.now);
-  const int L = c.num_layers, H = c.num_heads, K = c.num_kv_heads, G = c.group_size(), d = c.head_dim,
-            half = d / 2;
-  std::vector<double> per_layer(size_t(L) * n, 0.0);  // [L, n] mean over KV heads of the group max
-  const double work = double(L) * H * n * d;
+  const int L = c.num_layers, H = c.num_heads, K = c.num_kv_heads, G = c.group_size();
+  std::vector<double> table_raw(size_t(L) * H * n);  // [L, H, n] in table order
+  if (ctx.backend)
+    ctx.backend->key_scores(table_raw.data(), scorer.future_query(0, 0), scorer.norm_weights(0, 0), live.slots);
+  else
+    key_scores(table_raw.data(), scorer.future_query(0, 0), scorer.norm_weights(0, 0), live.slots, *ctx.kv,
+               {H, K, c.head_dim});
 
-#pragma omp parallel for schedule(dynamic, 1) if (work > 1e6)
+  std::vector<double> per_layer(size_t(L) * n, 0.0);  // [L, n] mean over KV heads of the group max
   for (int l = 0; l < L; ++l) {
     std::vector<double> raw(size_t(H) * n);  // [H, n] in ctx.pos order
-    std::vector<double> kabs(static_cast<size_t>(half));
-    for (int i = 0; i < n; ++i) {
-      const float* key = ctx.kv->key(l, live.slots[i]);
-      for (int g = 0; g < K; ++g) {
-        const float* k = key + size_t(g) * d;
-        for (int f = 0; f < half; ++f) kabs[f] = std::sqrt(double(k[f]) * k[f] + double(k[f + half]) * k[f + half]);
-        for (int h = g * G; h < (g + 1) * G; ++h) {
-          const float* w = scorer.future_query(l, h);
-          const float* gap = scorer.norm_weights(l, h);
-          double s = 0;
-          for (int j = 0; j < d; ++j) s += double(w[j]) * k[j];          // mean over delta of S_trig
-          for (int f = 0; f < half; ++f) s += double(gap[f]) * kabs[f];  // S_norm
-          raw[size_t(h) * n + where[i]] = s;
-        }
-      }
-    }
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < n; ++i) raw[size_t(h) * n + where[i]] = table_raw[(size_t(l) * H + h) * n + i];
     // z-normalise each query head over the live keys.
     for (int h = 0; h < H; ++h) {
       double* r = raw.data() + size_t(h) * n;

@@ -132,7 +132,8 @@ class TriScorer {
   std::vector<float> gap_;   // [num_layers, num_heads, head_dim/2]  m_f - |qbar_f|
 };
 
-// One score per live token of ctx (ctx.pos order), from ctx.kv and ctx.slots:
+// One score per live token of ctx (ctx.pos order), from the keys at ctx.slots
+// (the raw sums computed by ctx.backend where it holds them, else read from ctx.kv):
 // per (layer, query head) the scores of the live keys are z-normalised; per KV
 // head the max over its query heads; then the mean over KV heads and layers.
 // kvscope::Error if ctx lacks the keys, or if the calibration does not fit ctx.config.

@@ -121,4 +121,30 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
   }
 }
 
+void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots,
+                const KvStorage& kv, AttentionShape shape) {
+  const int L = kv.num_layers, H = shape.n_heads, G = shape.n_heads / shape.n_kv_heads, d = shape.head_dim,
+            half = d / 2;
+  const int n = int(slots.size());
+#pragma omp parallel for schedule(dynamic, 1) if (double(L) * H * n * d > 1e6)
+  for (int l = 0; l < L; ++l) {
+    std::vector<double> kabs(static_cast<size_t>(half));
+    for (int i = 0; i < n; ++i) {
+      const float* key = kv.key(l, slots[i]);
+      for (int g = 0; g < shape.n_kv_heads; ++g) {
+        const float* k = key + size_t(g) * d;
+        for (int f = 0; f < half; ++f) kabs[f] = std::sqrt(double(k[f]) * k[f] + double(k[f + half]) * k[f + half]);
+        for (int h = g * G; h < (g + 1) * G; ++h) {
+          const float* wh = w + (size_t(l) * H + h) * d;
+          const float* gh = gap + (size_t(l) * H + h) * half;
+          double s = 0;
+          for (int j = 0; j < d; ++j) s += double(wh[j]) * k[j];
+          for (int f = 0; f < half; ++f) s += double(gh[f]) * kabs[f];
+          raw[(size_t(l) * H + h) * n + i] = s;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace kvscope

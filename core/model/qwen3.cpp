@@ -79,10 +79,7 @@ static void layer_forward(const Step& st, const LayerWeights& w, int layer) {
   add_inplace(s.x.data(), s.h.data(), T * d);
 }
 
-const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int seq, RunState& s, const int* tokens,
-                     int T, const ForwardOptions& options) {
-  const ModelConfig& c = model.config;
-  const Weights& w = model.weights;
+Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const int* tokens, int T) {
   if (T <= 0) throw Error("forward: no tokens");
   for (int t = 0; t < T; ++t)
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
@@ -98,21 +95,30 @@ const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int
   if (cache.sequence(seq).next_pos + T > c.max_position_embeddings)
     throw Error("forward: position " + std::to_string(cache.sequence(seq).next_pos + T - 1) +
                 " is past the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
-  s.reserve(c, T, options.all_logits ? T : 1);
 
   // Place the new tokens first: each gets a slot and its position.
-  std::vector<SlotRef> slots(static_cast<size_t>(T));
-  std::vector<int64_t> pos(static_cast<size_t>(T));
+  Placement p;
+  p.slots.resize(size_t(T));
+  p.pos.resize(size_t(T));
   for (int t = 0; t < T; ++t) {
-    pos[t] = cache.sequence(seq).next_pos;
-    slots[t] = cache.append(seq);
+    p.pos[t] = cache.sequence(seq).next_pos;
+    p.slots[t] = cache.append(seq);
   }
-  const LiveSlots keys = live_slots(cache, seq);
-  const int table_slots = int(cache.sequence(seq).blocks.size()) * cache.block_size();
-  if (options.prob_sums) options.prob_sums->assign(size_t(c.num_layers) * c.num_heads * table_slots, 0.0f);
+  p.keys = live_slots(cache, seq);
+  p.table_slots = int(cache.sequence(seq).blocks.size()) * cache.block_size();
+  return p;
+}
+
+const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int seq, RunState& s, const int* tokens,
+                     int T, const ForwardOptions& options) {
+  const ModelConfig& c = model.config;
+  const Weights& w = model.weights;
+  const Placement p = place_tokens(c, cache, seq, tokens, T);
+  s.reserve(c, T, options.all_logits ? T : 1);
+  if (options.prob_sums) options.prob_sums->assign(size_t(c.num_layers) * c.num_heads * p.table_slots, 0.0f);
   if (options.queries) options.queries->resize(size_t(c.num_layers) * T * c.q_dim());
 
-  const Step step{c, s, T, slots, pos, options, kv, keys, table_slots};
+  const Step step{c, s, T, p.slots, p.pos, options, kv, p.keys, p.table_slots};
   embed(s.x.data(), w.embed, tokens, T);
   for (int l = 0; l < c.num_layers; ++l) layer_forward(step, w.layers[l], l);
 

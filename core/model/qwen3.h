@@ -47,6 +47,17 @@ struct ForwardOptions {
   std::vector<float>* queries = nullptr;        // [num_layers, T, q_dim]
 };
 
+// The host half of every forward call, whatever device does the arithmetic:
+// checks the tokens, the room and the positions (kvscope::Error, changing nothing),
+// then places the T new tokens in the cache and lists what attention will read.
+struct Placement {
+  std::vector<SlotRef> slots;  // [T] where each new token's K/V goes
+  std::vector<int64_t> pos;    // [T] each new token's position
+  LiveSlots keys;              // what attention reads, the new tokens included
+  int table_slots = 0;         // slots the block table spans: blocks * block_size
+};
+Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const int* tokens, int T);
+
 // Runs tokens[0..T) of sequence `seq` at its next positions, appending their K/V
 // to the paged cache. Returns the logits: [T, vocab] with all_logits, else [1, vocab].
 // Throws kvscope::Error, changing nothing, if a token id is out of range or the

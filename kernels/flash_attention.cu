@@ -1,0 +1,152 @@
+// Prefill attention, tiled like FlashAttention (Dao et al. 2022), reading K/V
+// through the block table. (CPU: attention_flash.)
+//
+// One thread block takes a tile of kQueryTile queries of one head and walks the
+// table a tile of kKeyTile slots at a time. Shared memory holds:
+//
+//   Q  [kQueryTile][head_dim + 1]   the block's queries, loaded once
+//   K  [kKeyTile][head_dim + 1]     this tile of keys   (gathered through the block table)
+//   V  [kKeyTile][head_dim + 1]     this tile of values
+//   S  [kQueryTile][kKeyTile]       scores, then probabilities, of this tile
+//   O  [kQueryTile][head_dim]       the running output
+//   m, l, rescale [kQueryTile]      running max, running sum, this tile's rescale factor
+//
+// The +1 on the rows of Q, K, V is padding: in step 3 a warp's threads read the
+// same dimension of 32 different keys; with rows of head_dim + 1 floats those
+// addresses fall in 32 different banks instead of one.
+//
+// Per key tile, with a __syncthreads between steps:
+//   2. all threads load K, V (each slot's row is contiguous: coalesced) and positions;
+//   3. all threads compute S = Q K^T / sqrt(d), masked by position (holes, later tokens);
+//   4. one thread per query row folds S into its running softmax: new max, rescale
+//      factor exp(m_old - m_new), probabilities p = exp(s - m_new), running sum;
+//   5. all threads update O = O * rescale + P V, one (row, dim) entry at a time.
+// At the end O / l is the attention output. Only the tiles live in fast memory,
+// never a row of scores: memory stays O(tile), whatever the context.
+#include "common.cuh"
+#include "cuda_check.h"
+#include "kernels.h"
+
+namespace kvscope::cuda {
+
+constexpr int kQueryTile = 16;
+constexpr int kKeyTile = 32;
+constexpr int kThreads = 128;
+
+static size_t shared_bytes(int hd) {
+  const size_t ld = size_t(hd) + 1;
+  const size_t floats = (kQueryTile + 2 * kKeyTile) * ld + kQueryTile * kKeyTile + kQueryTile * size_t(hd) +
+                        3 * kQueryTile;
+  return floats * sizeof(float) + (kQueryTile + kKeyTile) * sizeof(int);
+}
+
+__global__ void flash_attention_kernel(float* out, const float* q, const int* q_pos, int T, PagedKv kv, Heads hs,
+                                       float scale) {
+  const int hd = hs.head_dim, ld = hd + 1, kv_dim = hs.n_kv_heads * hd;
+  const int h = blockIdx.y, t0 = blockIdx.x * kQueryTile, n_q = min(kQueryTile, T - t0);
+  const int kv_head = h / (hs.n_heads / hs.n_kv_heads);
+
+  extern __shared__ float smem[];
+  float* Q = smem;
+  float* K = Q + kQueryTile * ld;
+  float* V = K + kKeyTile * ld;
+  float* S = V + kKeyTile * ld;
+  float* O = S + kQueryTile * kKeyTile;
+  float* m = O + kQueryTile * hd;
+  float* l = m + kQueryTile;
+  float* rescale = l + kQueryTile;
+  int* query_pos = reinterpret_cast<int*>(rescale + kQueryTile);
+  int* key_pos = query_pos + kQueryTile;
+
+  // 1. The query tile (rows past T are zeros with position -1: they see nothing).
+  for (int e = threadIdx.x; e < kQueryTile * hd; e += blockDim.x) {
+    const int r = e / hd, d = e % hd;
+    Q[r * ld + d] = r < n_q ? q[(size_t(t0 + r) * hs.n_heads + h) * hd + d] : 0.0f;
+    O[e] = 0.0f;
+  }
+  if (threadIdx.x < kQueryTile) {
+    m[threadIdx.x] = -INFINITY;
+    l[threadIdx.x] = 0.0f;
+    query_pos[threadIdx.x] = threadIdx.x < n_q ? q_pos[t0 + threadIdx.x] : -1;
+  }
+
+  for (int j0 = 0; j0 < kv.table_slots; j0 += kKeyTile) {
+    __syncthreads();  // the previous tile's V and S are no longer read
+    // 2. This tile's keys and values, gathered through the block table.
+    for (int e = threadIdx.x; e < kKeyTile * hd; e += blockDim.x) {
+      const int jj = e / hd, d = e % hd, j = j0 + jj;
+      float kx = 0.0f, vx = 0.0f;
+      if (j < kv.table_slots) {
+        const size_t row = (size_t(kv.block_table[j / kv.block_size]) * kv.block_size + j % kv.block_size) * kv_dim +
+                           size_t(kv_head) * hd;
+        kx = kv.k[row + d];
+        vx = kv.v[row + d];
+      }
+      K[jj * ld + d] = kx;
+      V[jj * ld + d] = vx;
+    }
+    if (threadIdx.x < kKeyTile)
+      key_pos[threadIdx.x] = j0 + int(threadIdx.x) < kv.table_slots ? kv.slot_pos[j0 + threadIdx.x] : -1;
+    __syncthreads();
+
+    // 3. Scores, masked by position: a hole (-1) or a later token gets -inf.
+    for (int e = threadIdx.x; e < kQueryTile * kKeyTile; e += blockDim.x) {
+      const int r = e / kKeyTile, jj = e % kKeyTile, p = key_pos[jj];
+      float s = -INFINITY;
+      if (p >= 0 && p <= query_pos[r]) {
+        float dot = 0.0f;
+        for (int d = 0; d < hd; ++d) dot += Q[r * ld + d] * K[jj * ld + d];
+        s = dot * scale;
+      }
+      S[e] = s;
+    }
+    __syncthreads();
+
+    // 4. Online softmax, one thread per query row.
+    if (threadIdx.x < kQueryTile) {
+      const int r = threadIdx.x;
+      float* row = S + r * kKeyTile;
+      float m_tile = -INFINITY;
+      for (int jj = 0; jj < kKeyTile; ++jj) m_tile = fmaxf(m_tile, row[jj]);
+      const float m_new = fmaxf(m[r], m_tile);
+      if (m_new == -INFINITY) {  // nothing visible yet: keep O, l, m as they are
+        rescale[r] = 1.0f;
+        for (int jj = 0; jj < kKeyTile; ++jj) row[jj] = 0.0f;
+      } else {
+        rescale[r] = expf(m[r] - m_new);  // 0 when m[r] was -inf
+        float sum = 0.0f;
+        for (int jj = 0; jj < kKeyTile; ++jj) sum += (row[jj] = expf(row[jj] - m_new));  // exp(-inf) = 0
+        l[r] = l[r] * rescale[r] + sum;
+        m[r] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // 5. O = O * rescale + P V.
+    for (int e = threadIdx.x; e < kQueryTile * hd; e += blockDim.x) {
+      const int r = e / hd, d = e % hd;
+      float acc = O[e] * rescale[r];
+      for (int jj = 0; jj < kKeyTile; ++jj) acc += S[r * kKeyTile + jj] * V[jj * ld + d];
+      O[e] = acc;
+    }
+  }
+  __syncthreads();
+
+  // 6. Normalise and write the tile's outputs.
+  for (int e = threadIdx.x; e < n_q * hd; e += blockDim.x) {
+    const int r = e / hd, d = e % hd;
+    out[(size_t(t0 + r) * hs.n_heads + h) * hd + d] = O[e] / l[r];
+  }
+}
+
+void flash_attention(float* out, const float* q, const int* q_pos, int T, const PagedKv& kv, Heads h) {
+  const size_t bytes = shared_bytes(h.head_dim);
+  // Above 48 KiB of shared memory a kernel must ask for it (head_dim 128 needs about 52 KiB).
+  CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  const float scale = 1.0f / sqrtf(float(h.head_dim));
+  flash_attention_kernel<<<dim3(ceil_div(size_t(T), kQueryTile), h.n_heads), kThreads, bytes>>>(out, q, q_pos, T, kv,
+                                                                                               h, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kvscope::cuda

@@ -1,0 +1,74 @@
+// --device cuda where it cannot run: one clear line and exit code 1, never a
+// silent fall-back to the CPU. (With a GPU present, the same command must work.)
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "test_paths.h"
+#ifdef KVSCOPE_HAVE_CUDA
+#include "gpu_devices.h"
+#endif
+
+namespace kvscope {
+namespace {
+
+struct ProgramRun {
+  int code;
+  std::string output;  // stdout and stderr
+};
+
+ProgramRun run_kvscope(const std::string& args) {
+  const std::string cmd = test::binary_path("kvscope") + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// What `--device cuda` must say on this build and machine, or "" when it must work.
+std::string expected_cuda_error(const std::string& prefix) {
+#ifdef KVSCOPE_HAVE_CUDA
+  std::string why;
+  if (cuda::gpu_available(why)) return "";
+  return "kvscope: error: " + prefix + ": no CUDA GPU found (" + why + ")\n";
+#else
+  return "kvscope: error: " + prefix + ": this build has no CUDA backend (no CUDA toolkit was found at configure time)\n";
+#endif
+}
+
+TEST(DeviceOption, GenerateOnCudaFailsClearlyWithoutAGpu) {
+  const ProgramRun r = run_kvscope("generate --device cuda --model " + test::tiny_model("tiny-tied") +
+                                   " --prompt hello -n 4 --temperature 0");
+  const std::string expected = expected_cuda_error("--device cuda");
+  if (expected.empty()) {
+    EXPECT_EQ(r.code, 0) << r.output;  // a GPU: the same command runs
+    EXPECT_NE(r.output.find("| decode: "), std::string::npos) << r.output;
+  } else {
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.output, expected);
+  }
+}
+
+TEST(DeviceOption, GenerateOnCpuStillWorks) {
+  const ProgramRun r = run_kvscope("generate --device cpu --model " + test::tiny_model("tiny-tied") +
+                                   " --prompt hello -n 4 --temperature 0");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST(DeviceOption, GpuBenchmarksFailClearlyWithoutAGpu) {
+  for (const std::string part : {"gpu-attention", "gpu-compaction", "gpu-decode"}) {
+    const std::string expected = expected_cuda_error("bench " + part);
+    if (expected.empty()) GTEST_SKIP() << "a GPU is present: the benchmarks run (kernels/gpu_check.sh)";
+    const ProgramRun r = run_kvscope("bench " + part);
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.output, expected);
+  }
+}
+
+}  // namespace
+}  // namespace kvscope

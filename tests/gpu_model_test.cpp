@@ -1,0 +1,199 @@
+// The whole model and the engine on the CUDA backend against the CPU backend.
+//
+//   GpuModel   every test checkpoint (f32, tied/untied, bf16 kept and widened, f16):
+//              logits of a batched prefill (every position) and of 32 teacher-forced
+//              decode steps, GPU versus CPU, within 1e-4 (the bound the CPU meets
+//              against PyTorch); the eager path's prob_sums and the pre-RoPE queries too.
+//   GpuEngine  eviction rounds with every policy, with compaction and with hole reuse:
+//              after every step the same tokens are kept on both devices, the same
+//              bytes moved, and the next-token logits agree within 1e-4.
+#include "gpu_test.h"
+
+#ifdef KVSCOPE_HAVE_CUDA
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cuda_backend.h"
+#include "engine/engine.h"
+#include "evict/triattention.h"
+#include "model/backend.h"
+#include "test_paths.h"
+#include "util/file.h"
+
+namespace kvscope {
+namespace {
+
+constexpr float kLogitTolerance = 1e-4f;
+
+float worst(const float* a, const float* b, size_t n) {
+  float w = 0;
+  for (size_t i = 0; i < n; ++i) w = std::max(w, std::abs(a[i] - b[i]));
+  return w;
+}
+
+// One sequence on one backend.
+struct OneSequence {
+  PagedKvCache cache;
+  std::unique_ptr<Backend> backend;
+  int seq;
+  OneSequence(const Model& m, int tokens, int block_size, bool gpu)
+      : cache((tokens + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly),
+        backend(gpu ? cuda::make_backend(m, cache.num_blocks(), block_size)
+                    : std::make_unique<CpuBackend>(m, cache.num_blocks(), block_size)),
+        seq(cache.add_sequence()) {}
+};
+
+void compare_on_fixture_inputs(const std::string& name, WeightFormat format, int block_size = 16) {
+  const Model m = load_model(test::tiny_model(name), format);
+  const auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/" + name + ".json")));
+  const size_t vocab = size_t(m.config.vocab_size);
+  for (const auto& c : fixture["cases"]) {
+    const std::vector<int> prompt = c["prompt_ids"].get<std::vector<int>>();
+    const std::vector<int> fed = c["decode_ids"].get<std::vector<int>>();
+    ASSERT_EQ(fed.size(), 32u);
+    const int n = int(prompt.size() + fed.size());
+    OneSequence cpu(m, n, block_size, false), gpu(m, n, block_size, true);
+    ForwardOptions all;
+    all.all_logits = true;
+    const float* a = cpu.backend->forward(cpu.cache, cpu.seq, prompt.data(), int(prompt.size()), all);
+    const std::vector<float> want(a, a + prompt.size() * vocab);
+    const float* b = gpu.backend->forward(gpu.cache, gpu.seq, prompt.data(), int(prompt.size()), all);
+    for (size_t t = 0; t < prompt.size(); ++t)
+      EXPECT_LE(worst(b + t * vocab, want.data() + t * vocab, vocab), kLogitTolerance)
+          << name << ": prefill position " << t << " of " << prompt.size();
+    for (size_t step = 0; step < fed.size(); ++step) {
+      const float* x = cpu.backend->forward(cpu.cache, cpu.seq, &fed[step], 1);
+      const std::vector<float> one(x, x + vocab);
+      const float* y = gpu.backend->forward(gpu.cache, gpu.seq, &fed[step], 1);
+      EXPECT_LE(worst(y, one.data(), vocab), kLogitTolerance) << name << ": decode step " << step;
+    }
+  }
+}
+
+TEST(GpuModel, TiedF32MatchesCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs("tiny-tied", WeightFormat::AsStored);
+}
+TEST(GpuModel, UntiedF32MatchesCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs("tiny-untied", WeightFormat::AsStored);
+}
+TEST(GpuModel, TiedWithLmHeadInFileMatchesCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs("tiny-tied-with-head", WeightFormat::AsStored);
+}
+TEST(GpuModel, Bf16WeightsMatchCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs("tiny-bf16-sharded", WeightFormat::AsStored);  // the bf16 GEMV and widened cuBLAS bands
+  compare_on_fixture_inputs("tiny-bf16-sharded", WeightFormat::F32);
+}
+TEST(GpuModel, F16WidenedMatchesCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs("tiny-f16", WeightFormat::AsStored);
+}
+TEST(GpuModel, BlockSizes1And64MatchCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs("tiny-untied", WeightFormat::AsStored, 1);
+  compare_on_fixture_inputs("tiny-untied", WeightFormat::AsStored, 64);
+}
+
+TEST(GpuModel, EagerPathProbSumsAndQueriesMatchCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  const std::vector<int> prompt = {5, 77, 300, 12, 9, 150, 42, 8, 8, 200, 31, 3, 14, 15, 92};
+  OneSequence cpu(m, 40, 4, false), gpu(m, 40, 4, true);
+  std::vector<float> sums_cpu, sums_gpu, q_cpu, q_gpu;
+  for (int step = 0; step < 10; ++step) {
+    ForwardOptions a, b;
+    a.attention = b.attention = AttentionPath::Eager;
+    a.sum_from = b.sum_from = step == 0 ? 5 : 0;
+    a.prob_sums = &sums_cpu;
+    b.prob_sums = &sums_gpu;
+    a.queries = &q_cpu;
+    b.queries = &q_gpu;
+    const int token = (step * 31 + 7) % 300;
+    const int* tokens = step == 0 ? prompt.data() : &token;
+    const int T = step == 0 ? int(prompt.size()) : 1;
+    const float* x = cpu.backend->forward(cpu.cache, cpu.seq, tokens, T, a);
+    const std::vector<float> want(x, x + m.config.vocab_size);
+    const float* y = gpu.backend->forward(gpu.cache, gpu.seq, tokens, T, b);
+    EXPECT_LE(worst(y, want.data(), want.size()), kLogitTolerance) << "step " << step;
+    ASSERT_EQ(sums_gpu.size(), sums_cpu.size());
+    EXPECT_LE(worst(sums_gpu.data(), sums_cpu.data(), sums_cpu.size()), 1e-5f) << "prob_sums, step " << step;
+    ASSERT_EQ(q_gpu.size(), q_cpu.size());
+    EXPECT_LE(worst(q_gpu.data(), q_cpu.data(), q_cpu.size()), 1e-5f) << "pre-RoPE queries, step " << step;
+  }
+}
+
+// ---- the engine: eviction and compaction with the K/V on the GPU ----------------------------
+
+std::vector<int> script(int n) {
+  std::vector<int> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + 11) % 300);
+  return t;
+}
+
+void compare_engines(const Model& m, EngineConfig config, const std::string& what) {
+  EngineConfig on_gpu = config;
+  on_gpu.backend = cuda::make_backend;
+  Engine cpu(m, config), gpu(m, on_gpu);
+  const int a = cpu.add_sequence(), b = gpu.add_sequence();
+  const std::vector<int> prompt = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26};
+  const size_t vocab = size_t(m.config.vocab_size);
+  const float* x = cpu.prefill(a, prompt);
+  std::vector<float> want(x, x + vocab);
+  const float* y = gpu.prefill(b, prompt);
+  EXPECT_LE(worst(y, want.data(), vocab), kLogitTolerance) << what << ": prefill";
+  for (int token : script(60)) {
+    x = cpu.decode(a, token);
+    want.assign(x, x + vocab);
+    y = gpu.decode(b, token);
+    ASSERT_EQ(gpu.cache().live_positions(b), cpu.cache().live_positions(a)) << what << ": kept tokens differ";
+    EXPECT_LE(worst(y, want.data(), vocab), kLogitTolerance) << what << ": logits at position "
+                                                             << cpu.stats(a).tokens_seen;
+  }
+  EXPECT_GT(gpu.stats(b).rounds, 3) << what;
+  EXPECT_EQ(gpu.stats(b).rounds, cpu.stats(a).rounds) << what;
+  EXPECT_EQ(gpu.stats(b).bytes_moved, cpu.stats(a).bytes_moved) << what;
+  if (config.strategy == MemoryStrategy::Compact) {
+    EXPECT_GT(gpu.stats(b).bytes_moved, 0u) << what;
+  }
+}
+
+EngineConfig engine_config(MemoryStrategy strategy, PolicyFactory policy) {
+  EngineConfig c;
+  c.num_blocks = 64;
+  c.block_size = 4;
+  c.strategy = strategy;
+  c.schedule = {/*budget=*/16, /*slack=*/6, /*sinks=*/2, /*recent=*/5};
+  c.policy = std::move(policy);
+  return c;
+}
+
+TEST(GpuEngine, EvictionAndCompactionKeepTheSameTokensAsTheCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  const Model m = load_model(test::tiny_model("tiny-untied"));
+  for (MemoryStrategy strategy : {MemoryStrategy::Compact, MemoryStrategy::ReuseHoles})
+    for (const char* policy : {"streaming", "h2o", "snapkv", "random"})
+      compare_engines(m, engine_config(strategy, [policy] { return make_policy(policy, 1); }),
+                      std::string(policy) + ", " + strategy_name(strategy));
+}
+
+TEST(GpuEngine, TriAttentionScoresKeysOnTheGpu) {
+  KVSCOPE_REQUIRE_GPU();
+  const Model m = load_model(test::tiny_model("tiny-untied"));
+  CalibrateOptions o;
+  o.chunk = 96;
+  auto cal = std::make_shared<const TriCalibration>(calibrate(m, script(192), o));
+  for (MemoryStrategy strategy : {MemoryStrategy::Compact, MemoryStrategy::ReuseHoles})
+    compare_engines(m, engine_config(strategy, [cal] { return std::make_unique<TriAttentionPolicy>(cal); }),
+                    std::string("triattention, ") + strategy_name(strategy));
+}
+
+}  // namespace
+}  // namespace kvscope
+
+#else  // built without CUDA: the suites are here, and say why they do not run
+TEST(GpuModel, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+TEST(GpuEngine, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+#endif

@@ -1,0 +1,108 @@
+// Shared by the tests/gpu_*_test.cpp files: skip unless a GPU is usable, and
+// build random paged caches on the CPU to copy to the GPU.
+//
+// Every GPU test starts with KVSCOPE_REQUIRE_GPU(): on a machine without a GPU
+// (or a driver) it is skipped with the runtime's reason, never passed. A build
+// without CUDA has one test per suite, skipped as "built without CUDA".
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#ifdef KVSCOPE_HAVE_CUDA
+#include "cache/kv_cache.h"
+#include "cache/kv_storage.h"
+#include "device_array.h"
+#include "gpu_devices.h"
+#include "kernels.h"
+#include "model/config.h"
+#include "util/splitmix64.h"
+
+#define KVSCOPE_REQUIRE_GPU()                                                         \
+  do {                                                                                \
+    std::string why_no_gpu;                                                           \
+    if (!::kvscope::cuda::gpu_available(why_no_gpu)) GTEST_SKIP() << "no CUDA GPU: " << why_no_gpu; \
+  } while (0)
+
+namespace kvscope::test {
+
+using cuda::DeviceArray;
+
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  SplitMix64 rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * rng.symmetric();
+  return v;
+}
+
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return a.size() == b.size() ? worst : INFINITY;
+}
+
+// A shape with just what attention and the K/V storage read.
+inline ModelConfig attention_config(int layers, int heads, int kv_heads, int head_dim) {
+  ModelConfig c;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.hidden_size = heads * head_dim;
+  return c;
+}
+
+// A sequence with holes and out-of-order slots: n tokens, a third evicted at
+// random, then `refill` more tokens that reuse holes (positions no longer follow
+// the table order). Random K/V in a CPU KvStorage, copied to the GPU.
+struct RandomPagedCache {
+  ModelConfig c;
+  PagedKvCache cache;
+  KvStorage kv;
+  int seq;
+  std::vector<int> blocks, slot_pos;  // the table as the kernels read it
+  DeviceArray<float> k, v;
+  DeviceArray<int> d_blocks, d_slot_pos;
+
+  RandomPagedCache(const ModelConfig& config, int n, int refill, int block_size, uint64_t seed)
+      : c(config),
+        cache((n + refill) / block_size + 2, block_size, MemoryStrategy::ReuseHoles),
+        kv(config, cache.num_blocks(), block_size),
+        seq(cache.add_sequence()) {
+    for (int i = 0; i < n; ++i) cache.append(seq);
+    std::vector<int64_t> drop;
+    SplitMix64 rng(seed);
+    for (int64_t p = 1; p < n; ++p)  // position 0 stays: every query sees at least one key
+      if (rng.next() % 3 == 0) drop.push_back(p);
+    cache.evict(seq, drop);
+    for (int i = 0; i < refill; ++i) cache.append(seq);
+    kv.k = random_floats(kv.k.size(), seed + 1);
+    kv.v = random_floats(kv.v.size(), seed + 2);
+    k.upload(kv.k);
+    v.upload(kv.v);
+    refresh_table();
+  }
+
+  void refresh_table() {
+    const Sequence& s = cache.sequence(seq);
+    blocks = s.blocks;
+    slot_pos.assign(s.blocks.size() * size_t(cache.block_size()), -1);
+    for (size_t i = 0; i < s.blocks.size(); ++i)
+      for (int j = 0; j < cache.block_size(); ++j)
+        slot_pos[i * cache.block_size() + j] = int(cache.position({s.blocks[i], j}));
+    d_blocks.upload(blocks);
+    d_slot_pos.upload(slot_pos);
+  }
+  size_t layer_floats() const { return size_t(kv.num_blocks) * kv.block_size * kv.kv_dim; }
+  cuda::PagedKv layer(int l) {
+    return {k.get() + l * layer_floats(), v.get() + l * layer_floats(), d_blocks.get(), d_slot_pos.get(),
+            int(slot_pos.size()), cache.block_size()};
+  }
+};
+
+}  // namespace kvscope::test
+#endif
