@@ -28,6 +28,10 @@ void add_simulate_command(CLI::App& app);
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);
 
+// A path as output shows it: relative to the working directory when inside it
+// (so the bundled model's files print the same on every checkout).
+std::string shown_path(const std::string& path);
+
 // Each line on stderr as "kvscope: warning: LINE" (e.g. Model::warnings).
 void print_warnings(const std::vector<std::string>& warnings);
 

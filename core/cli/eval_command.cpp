@@ -5,6 +5,8 @@
 // The text is split into documents at "<|endoftext|>"; each document long enough
 // gives one window (its first context + 1 tokens). What is measured, and how, is
 // described in core/eval/eval.h. Prints a Markdown table; --json writes the numbers.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -66,7 +68,9 @@ void run_eval(EvalArgs a) {
   const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);
 
   const auto t0 = std::chrono::steady_clock::now();
+  const bool bar = isatty(STDERR_FILENO);   // a progress bar for people, not for logs
   const EvalReport report = evaluate(model, windows, s, [&](int done, int total) {
+    if (!bar) return;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int width = 30, filled = width * done / total;
     std::fprintf(stderr, "\reval [%s%s] %d/%d runs, %.0f s", std::string(size_t(filled), '#').c_str(),
@@ -75,7 +79,7 @@ void run_eval(EvalArgs a) {
     std::fflush(stderr);
   });
 
-  std::printf("kvscope eval: %s on %s\n", a.model_dir.c_str(), a.text.c_str());
+  std::printf("kvscope eval: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
   std::printf("%d windows of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; "
               "greedy match over %d tokens\n",
               report.windows, s.context, s.scored_from < 0 ? s.context / 2 : s.scored_from, s.continuation);

@@ -54,7 +54,7 @@ void run_heads(const HeadsArgs& a) {
   const HeadStats even = uniform_head_stats(a.length, s);
 
   const ModelConfig& c = model.config;
-  std::printf("kvscope heads: %s on %s\n", a.model_dir.c_str(), a.text.c_str());
+  std::printf("kvscope heads: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
   std::printf("%zu windows of %d tokens; queries at positions %d..%d, one at a time, full cache\n\n", windows.size(),
               a.length, s.from, a.length - 1);
   std::printf("| layer | head | sink (first %d) | local (newest %d) | heavy (top 10%% of the rest) | role |\n",

@@ -3,6 +3,7 @@
 //   kvscope generate --model DIR --prompt TEXT [-n N] [--chat] [--temperature T] ...
 //   kvscope bench    [--config FILE] [--prompt-tokens N] [--decode-tokens N] ...
 //   kvscope devices  the CPU threads and the CUDA GPUs this build can use
+//   kvscope eval | heads | memory | simulate | calibrate   (kvscope --help lists them all)
 //
 // Every failure is one line on stderr, "kvscope: error: <file>: <problem>", and exit code 1.
 // Input that is usable but suspicious (NaN weights, say) gives "kvscope: warning: ..." lines
@@ -11,6 +12,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "util/error.h"
@@ -19,6 +21,13 @@ namespace kvscope::cli {
 void set_threads(int threads) {
   if (threads < 0) throw Error("--threads must be >= 0");
   if (threads > 0) omp_set_num_threads(threads);
+}
+
+std::string shown_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  const std::string prefix = cwd.string() + "/";
+  return !ec && path.rfind(prefix, 0) == 0 ? path.substr(prefix.size()) : path;
 }
 
 void print_warnings(const std::vector<std::string>& warnings) {
