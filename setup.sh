@@ -90,7 +90,7 @@ case "$mode" in
     else
       echo "== no display: kvscope-viz needs one for its window, so it renders a screenshot"
       echo "   under a virtual X server instead (open kvscope-screenshot.png to see it)"
-      xvfb-run -a ./build/kvscope-viz --screenshot kvscope-screenshot.png --scenario blog-16k-random --size 1600x1000
+      xvfb-run -a ./build/kvscope-viz --screenshot kvscope-screenshot.png --scenario h2o-model --size 1600x1000
       echo "== wrote kvscope-screenshot.png"
     fi
     ;;
