@@ -302,6 +302,13 @@ TEST_F(TinyTokenizer, MalformedJsonNamesTheFile) {
   EXPECT_NE(message.find("malformed JSON"), std::string::npos) << message;
 }
 
+TEST_F(TinyTokenizer, NumberTooLargeForJsonIsMalformedJson) {
+  // Found by tests/fuzz/tokenizer_load_fuzz.cpp: nlohmann throws out_of_range, not parse_error.
+  std::string message = load_error(R"({"model": {"type": "BPE", "vocab": {"a": 1e999}}})", "huge.json");
+  EXPECT_NE(message.find("huge.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("malformed JSON"), std::string::npos) << message;
+}
+
 TEST_F(TinyTokenizer, MissingModelNamesTheFile) {
   json doc = tiny_tokenizer(false);
   doc.erase("model");

@@ -351,7 +351,7 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
   json doc;
   try {
     doc = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range ("1e999")
     throw file_error(path, std::string("malformed JSON: ") + e.what());
   }
 
