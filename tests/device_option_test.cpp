@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "run_kvscope.h"
 #include "test_paths.h"
 #ifdef KVSCOPE_HAVE_CUDA
 #include "gpu_devices.h"
@@ -14,21 +15,8 @@
 namespace kvscope {
 namespace {
 
-struct ProgramRun {
-  int code;
-  std::string output;  // stdout and stderr
-};
-
-ProgramRun run_kvscope(const std::string& args) {
-  const std::string cmd = test::binary_path("kvscope") + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using test::ProgramRun;
+using test::run_kvscope;
 
 // What `--device cuda` must say on this build and machine, or "" when it must work.
 std::string expected_cuda_error(const std::string& prefix) {

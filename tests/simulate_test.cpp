@@ -12,6 +12,7 @@
 
 #include "cache/trace.h"
 #include "sim/synthetic.h"
+#include "run_kvscope.h"
 #include "test_paths.h"
 #include "util/error.h"
 
@@ -220,21 +221,8 @@ TEST(Simulate, ConfigErrors) {
 
 // ---- the program ------------------------------------------------------------------
 
-struct ProgramRun {
-  int code;
-  std::string output;  // stdout and stderr
-};
-
-ProgramRun run_kvscope(const std::string& args) {
-  const std::string cmd = test::binary_path("kvscope") + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using test::ProgramRun;
+using test::run_kvscope;
 
 // The percentages on the table row that starts with `name`: holes, reuse, compact.
 std::vector<double> row_percentages(const std::string& output, const std::string& name) {

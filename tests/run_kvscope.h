@@ -1,0 +1,30 @@
+// Runs the kvscope program from a test: its exit code and its output (stdout and
+// stderr together), as a user at a terminal would see them.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "test_paths.h"
+
+namespace kvscope::test {
+
+struct ProgramRun {
+  int code;            // exit code; -1 when it did not exit normally (a crash)
+  std::string output;  // stdout and stderr
+};
+
+inline ProgramRun run_kvscope(const std::string& args) {
+  const std::string cmd = binary_path("kvscope") + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace kvscope::test
