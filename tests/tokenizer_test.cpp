@@ -148,6 +148,8 @@ TEST(QwenTokenizer, SpecialTokens) {
   EXPECT_FALSE(tok->is_special(9707));    // "Hello"
   EXPECT_EQ(tok->encode("Hello"), std::vector<int>{9707});
   EXPECT_THROW(tok->decode({151669}), Error);
+  // Qwen3's post-processor is ByteLevel: a prompt gets no BOS.
+  EXPECT_EQ(tok->with_special_tokens({9707}), std::vector<int>{9707});
 }
 
 // ---------------------------------------------------------------------------
@@ -277,6 +279,46 @@ TEST_F(TinyTokenizer, AddedTokensMatchLongestFirstBeforeBpe) {
   EXPECT_TRUE(tok.is_special(300));
   EXPECT_FALSE(tok.is_special(301));
   EXPECT_EQ(tok.decode({259, 300, 264}), "hello<|end|> world");
+}
+
+// TemplateProcessing, as Hugging Face writes it (here inside a Sequence, after
+// ByteLevel, as in Llama 3's tokenizer.json): the specials around the text's ids.
+json with_template(json doc, const json& single) {
+  json bytelevel = {{"type", "ByteLevel"}, {"trim_offsets", false}};
+  json special_tokens = {{"<|end|>", {{"id", "<|end|>"}, {"ids", {300}}, {"tokens", {"<|end|>"}}}}};
+  doc["post_processor"] = {{"type", "Sequence"},
+                           {"processors",
+                            {bytelevel, {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", special_tokens}}}}};
+  return doc;
+}
+const json kEnd = {{"SpecialToken", {{"id", "<|end|>"}, {"type_id", 0}}}};
+const json kText = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+
+TEST_F(TinyTokenizer, PostProcessorTemplateWrapsThePrompt) {
+  Tokenizer bos = load(with_template(tiny_tokenizer(false), {kEnd, kText}), "bos.json");
+  EXPECT_EQ(bos.encode("hello"), std::vector<int>{259});  // encode alone adds nothing
+  EXPECT_EQ(bos.with_special_tokens(bos.encode("hello")), (std::vector<int>{300, 259}));
+  EXPECT_EQ(bos.template_prefix(), std::vector<int>{300});
+  Tokenizer both = load(with_template(tiny_tokenizer(false), {kEnd, kText, kEnd}), "both.json");
+  EXPECT_EQ(both.with_special_tokens({259}), (std::vector<int>{300, 259, 300}));
+  Tokenizer none = load(tiny_tokenizer(false), "none.json");
+  EXPECT_EQ(none.with_special_tokens({259}), std::vector<int>{259});
+}
+
+TEST_F(TinyTokenizer, PostProcessorProblemsNameTheFile) {
+  json unknown_name = {{"SpecialToken", {{"id", "<|nope|>"}}}};
+  EXPECT_NE(load_error(with_template(tiny_tokenizer(false), {unknown_name, kText}).dump(), "a.json")
+                .find("post_processor.special_tokens[\"<|nope|>\"]"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_template(tiny_tokenizer(false), json::array({kEnd})).dump(), "b.json").find("has no"), std::string::npos);
+  json bert = tiny_tokenizer(false);
+  bert["post_processor"] = {{"type", "BertProcessing"}};
+  const std::string message = load_error(bert.dump(), "c.json");
+  EXPECT_NE(message.find("c.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"BertProcessing\" is not supported"), std::string::npos) << message;
+  json bad_id = with_template(tiny_tokenizer(false), {kEnd, kText});
+  bad_id["post_processor"]["processors"][1]["special_tokens"]["<|end|>"]["ids"] = {5000};
+  EXPECT_NE(load_error(bad_id.dump(), "d.json").find("id 5000 has no token"), std::string::npos);
 }
 
 TEST_F(TinyTokenizer, NormalizesToNfc) {

@@ -294,8 +294,9 @@ Recording record_model(const RunSettings& s, const ModelSource& m) {
   const std::string calibration = s.policy == "triattention" ? find_calibration(m) : "";
   const Model model = load_model(m.dir);
   const Tokenizer tokenizer = Tokenizer::load(m.dir + "/tokenizer.json");
-  std::vector<int> prompt = tokenizer.encode(s.prompt.empty() ? builtin_prompt() : s.prompt);
-  if (prompt.empty()) throw Error("the prompt is empty");
+  const std::string text = s.prompt.empty() ? builtin_prompt() : s.prompt;
+  if (tokenizer.encode(text).empty()) throw Error("the prompt is empty");
+  std::vector<int> prompt = tokenizer.with_special_tokens(tokenizer.encode(text));  // BOS first, if the model has one
   // Fit the model's context: at most half of it for the prompt, the rest to generate.
   const int context = model.config.max_position_embeddings;
   if (int(prompt.size()) > std::min(384, context / 2)) prompt.resize(size_t(std::min(384, context / 2)));

@@ -70,9 +70,9 @@ void run_calibrate(const CalibrateArgs& a) {
   Model model = load_model(a.model_dir);
   print_warnings(model.warnings);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
-  std::vector<int> tokens = tokenizer.encode(text);
+  if (tokenizer.encode(text).empty()) throw file_error(a.text, "the text gives no tokens");
+  std::vector<int> tokens = tokenizer.with_special_tokens(tokenizer.encode(text));  // as the model reads a prompt
   const size_t in_text = tokens.size();
-  if (tokens.empty()) throw file_error(a.text, "the text gives no tokens");
   if (a.max_tokens > 0 && tokens.size() > size_t(a.max_tokens)) tokens.resize(size_t(a.max_tokens));
 
   CalibrateOptions options;

@@ -82,8 +82,8 @@ void run_generate(const GenerateArgs& a) {
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
 
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
-  std::vector<int> prompt = tokenizer.encode(text);
-  if (prompt.empty()) throw Error("the prompt is empty");
+  if (tokenizer.encode(text).empty()) throw Error("the prompt is empty");
+  const std::vector<int> prompt = tokenizer.with_special_tokens(tokenizer.encode(text));  // BOS first, if the model has one
 
   GenerateOptions options;
   options.max_new_tokens = a.n;

@@ -1,5 +1,7 @@
 // Held-out windows: the first `length` tokens of every document of a text that has
-// that many. Documents are separated by "<|endoftext|>" (as in assets/model/heldout.txt).
+// that many, as the model reads a prompt (with the tokenizer's special tokens: the
+// bundled model's BOS first). Documents are separated by "<|endoftext|>" (as in
+// assets/model/heldout.txt).
 #pragma once
 
 #include <string>

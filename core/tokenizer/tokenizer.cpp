@@ -309,6 +309,40 @@ void read_normalizer(const json& n, std::vector<int>& forms, const std::string& 
   else throw file_error(path, "normalizer " + json_quote(type) + " is not supported (NFC, NFD, NFKC, NFKD are)");
 }
 
+// The post-processor's template for a single text: the special ids before and after
+// it. TemplateProcessing's "single" lists {"SpecialToken": {"id": NAME}} and one
+// {"Sequence": {"id": "A"}}; NAME's ids are in its "special_tokens". ByteLevel only
+// trims offsets, which kvscope does not report, so it adds nothing.
+void read_post_processor(const json& p, std::vector<int>& prefix, std::vector<int>& suffix, const std::string& path) {
+  if (p.is_null()) return;
+  const std::string type = p.value("type", "");
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    for (const json& step : require(p, "processors", "post_processor.processors", path))
+      read_post_processor(step, prefix, suffix, path);
+    return;
+  }
+  if (type != "TemplateProcessing")
+    throw file_error(path, "post_processor " + json_quote(type) +
+                               " is not supported (ByteLevel, TemplateProcessing and Sequence are)");
+  const json& specials = require(p, "special_tokens", "post_processor.special_tokens", path);
+  bool seen_text = false;
+  for (const json& item : require(p, "single", "post_processor.single", path)) {
+    if (item.contains("Sequence")) {
+      if (seen_text) throw file_error(path, "post_processor.single names the text twice");
+      seen_text = true;
+      continue;
+    }
+    const json& name = require(require(item, "SpecialToken", "post_processor.single[]", path), "id",
+                               "post_processor.single[].SpecialToken.id", path);
+    const std::string token = name.get<std::string>();
+    const json& entry = require(specials, token.c_str(), "post_processor.special_tokens[" + name.dump() + "]", path);
+    for (const json& id : require(entry, "ids", "post_processor.special_tokens[].ids", path))
+      (seen_text ? suffix : prefix).push_back(id.get<int>());
+  }
+  if (!seen_text) throw file_error(path, "post_processor.single has no {\"Sequence\": {\"id\": \"A\"}}");
+}
+
 struct AddedToken {
   int id;
   std::string content;  // the text it stands for, e.g. "<|im_end|>"
@@ -421,6 +455,12 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
     }
 
     read_normalizer(doc.contains("normalizer") ? doc["normalizer"] : json(), t.normal_forms_, path);
+    read_post_processor(doc.contains("post_processor") ? doc["post_processor"] : json(), t.template_prefix_,
+                        t.template_suffix_, path);
+    for (const std::vector<int>* ids : {&t.template_prefix_, &t.template_suffix_})
+      for (int id : *ids)
+        if (id < 0 || id >= size || !t.id_present_[id])
+          throw file_error(path, "post_processor: id " + std::to_string(id) + " has no token");
     std::string pattern = read_split_pattern(doc, path);
     if (!pattern.empty()) t.split_ = Regex::compile(pattern, path);
   } catch (const json::exception& e) {  // a field of the wrong JSON type
@@ -464,6 +504,12 @@ std::vector<int> Tokenizer::encode(std::string_view text) const {
     pos = start = pos + id_bytes_[id].size();
   }
   encode_ordinary(text.substr(start), ids);
+  return ids;
+}
+
+std::vector<int> Tokenizer::with_special_tokens(std::vector<int> ids) const {
+  ids.insert(ids.begin(), template_prefix_.begin(), template_prefix_.end());
+  ids.insert(ids.end(), template_suffix_.begin(), template_suffix_.end());
   return ids;
 }
 

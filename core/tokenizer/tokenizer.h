@@ -8,6 +8,11 @@
 //   4. each word's UTF-8 bytes become GPT-2 "byte-level" symbols, one per byte;
 //   5. BPE: repeatedly merge the adjacent pair with the lowest merge rank.
 // decode(ids) concatenates each token's raw bytes.
+//
+// with_special_tokens(ids) then wraps the ids as the post-processor's template
+// says (Hugging Face's add_special_tokens=True): Qwen3's adds nothing; the bundled
+// model's puts <|endoftext|> first, the BOS it saw at the start of every training
+// window, where attention learned to rest (the sink).
 #pragma once
 
 #include <array>
@@ -35,6 +40,12 @@ class Tokenizer {
   // Text -> token ids. Added/special tokens written in the text are matched.
   // kvscope::Error("prompt is not valid UTF-8 (byte offset N)") on bad input.
   std::vector<int> encode(std::string_view text) const;
+
+  // ids inside the post-processor's template: prefix + ids + suffix. The template is
+  // tokenizer.json's "post_processor" of type TemplateProcessing ("single"), alone
+  // or in a Sequence; ByteLevel or none adds nothing.
+  std::vector<int> with_special_tokens(std::vector<int> ids) const;
+  const std::vector<int>& template_prefix() const { return template_prefix_; }
 
   // Token ids -> the concatenation of their raw bytes. The result is exactly what
   // was encoded (after NFC) but may be invalid UTF-8 when the ids end or start
@@ -78,6 +89,7 @@ class Tokenizer {
   std::vector<std::string> id_bytes_;               // id -> raw bytes ("" = no token)
   std::vector<char> id_present_;                    // id -> has a token
   std::vector<char> id_special_;                    // id -> special added token
+  std::vector<int> template_prefix_, template_suffix_;  // special ids around a text's ids
   std::array<int, 256> byte_id_{};                  // byte -> id of its 1-byte token, -1 if none
   // Merge rank and result for a pair of ids, keyed by (left << 32 | right).
   struct Merge {
