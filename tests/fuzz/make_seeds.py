@@ -3,10 +3,11 @@
 
 Small, valid inputs of every reader, so the fuzzer starts from files that get
 past the first checks. Rerun after changing a format: python3 tests/fuzz/make_seeds.py
+It overwrites its own files and leaves the others: the inputs that once crashed a
+target are kept in the corpus, by hand, as regression seeds.
 """
 import json
 import pathlib
-import shutil
 import struct
 
 here = pathlib.Path(__file__).resolve().parent
@@ -62,6 +63,15 @@ def seeds_tokenizer():
         "pre_tokenizer": {"type": "ByteLevel", "use_regex": True},
         "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "\u0120": 3, "ab": 4, "abc": 5, "\u0120a": 6},
                   "merges": ["a b", ["ab", "c"], "\u0120 a"]}}))
+    # The bundled model's shape of post-processor: ByteLevel, then a BOS template.
+    tiny = json.loads((root / "tests/models/tiny-tied/tokenizer.json").read_text())
+    bos = tiny["added_tokens"][0]
+    tiny["post_processor"] = {"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": bos["content"], "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+         "special_tokens": {bos["content"]: {"id": bos["content"], "ids": [bos["id"]], "tokens": [bos["content"]]}}}]}
+    write("tokenizer_load", "bos-template.json", json.dumps(tiny))
     for name, text in [("ascii", "Hello, world! It's 2024.\n\tcode: x = f(y) + 1"),
                        ("chat", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"),
                        ("unicode", "caf\u00e9 cafe\u0301 \u4f60\u597d \U0001F600 \u00a0\u2003end"),
@@ -90,8 +100,6 @@ def seeds_trace():
 
 
 if __name__ == "__main__":
-    if corpus.exists():
-        shutil.rmtree(corpus)
     seeds_safetensors()
     seeds_config()
     seeds_tokenizer()
