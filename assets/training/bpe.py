@@ -123,15 +123,6 @@ class Encoder:
         return out
 
 
-def bos_template(bos, bos_id):
-    """A TemplateProcessing post-processor that puts `bos` before every text."""
-    return {"type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
-
-
 def tokenizer_json(merges, tokens, special):
     """The Hugging Face tokenizer.json document."""
     chars = byte_to_char()
@@ -147,9 +138,7 @@ def tokenizer_json(merges, tokens, special):
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": PATTERN}, "behavior": "Isolated", "invert": False},
             byte_level]},
-        # Every text starts with <|endoftext|>, as every training window did (train.py):
-        # the BOS, a fixed first token for attention to rest on.
-        "post_processor": {"type": "Sequence", "processors": [byte_level, bos_template(EOT, special[EOT])]},
+        "post_processor": byte_level,
         "decoder": byte_level,
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,

@@ -4,11 +4,10 @@
     /usr/bin/python3 assets/training/make_fixture.py     # writes tests/fixtures/bundled-model.json
 
 Tokenizer cases: texts encoded by bpe.py's Encoder (the encoder the training
-data was made with); the C++ Tokenizer must give the same ids, and the same
-prompt ids: <|endoftext|> (the BOS of every training window) and the text's ids.
+data was made with); the C++ Tokenizer must give the same ids.
 
 Logits cases (the format of tests/reference/make_fixtures.py): a prompt of
-held-out text after the BOS, the logits at every prompt position, then 32 greedy decode
+held-out text, the logits at every prompt position, then 32 greedy decode
 steps, teacher-forced. They come from model.py's forward (the module the model
 was trained with) on the weights as saved in assets/model (bf16, widened to
 float32); the script also checks that tests/reference/qwen3_reference.py, the
@@ -84,11 +83,9 @@ def main():
     g = torch.Generator().manual_seed(4096)
     columns = sorted(torch.randperm(config["vocab_size"], generator=g)[:64].tolist())
     text = split("heldout")[0][1]
-    bos = encoder.special["<|endoftext|>"]
-    prompt = [bos] + encoder.encode(text)
+    prompt = encoder.encode(text)
     cases = [case(model, config, tensors, prompt[:n], columns) for n in PROMPT_LENGTHS]
-    tokenizer_cases = [{"text": t, "nfc": unicodedata.normalize("NFC", t), "ids": encode_with_special(encoder, t),
-                        "prompt_ids": [bos] + encode_with_special(encoder, t)}
+    tokenizer_cases = [{"text": t, "nfc": unicodedata.normalize("NFC", t), "ids": encode_with_special(encoder, t)}
                        for t in TOKENIZER_TEXTS + [text[:2000]]]
     with open(out, "w") as f:
         json.dump({"model": "assets/model", "generated_by": "assets/training/make_fixture.py",

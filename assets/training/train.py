@@ -4,9 +4,9 @@
     /usr/bin/python3 assets/training/train.py            # about an hour on 2 cores
 
 Reads assets/model/tokenizer.json's merges (made by bpe.py), tokenizes the
-train split of corpus.py, trains with AdamW on windows of --seq tokens (seeded:
-the same command gives the same weights on the same machine), and writes to
-assets/model/:
+train split of corpus.py, trains with AdamW on random windows of --seq tokens
+(seeded: the same command gives the same weights on the same machine), and
+writes to assets/model/:
     config.json          Hugging Face Qwen3 config
     model.safetensors    the weights in bf16 (the C++ loader reads them as stored)
     training.json        the command, the loss curve and the held-out perplexity
@@ -80,25 +80,6 @@ def token_stream(encoder, docs):
     return torch.tensor(ids, dtype=torch.int64)
 
 
-def document_starts(stream, eot):
-    """Positions in the stream where a document begins: 0 and every position after an <|endoftext|>."""
-    after = (stream[:-1] == eot).nonzero().flatten() + 1
-    return torch.cat([torch.zeros(1, dtype=torch.int64), after])
-
-
-def batch(stream, starts_of_docs, seq, n, eot, gen):
-    """n windows x, y: [n, seq]. Every x begins with <|endoftext|>, the model's BOS, as
-    kvscope's prompts and held-out windows do; the text follows it: for half of the
-    windows from a document's first token, for the other half from anywhere.
-    A fixed first token gives attention a place to rest: the sink (design.md)."""
-    anywhere = torch.randint(0, len(stream) - seq, (n,), generator=gen)
-    docs = starts_of_docs[torch.randint(0, len(starts_of_docs), (n,), generator=gen)].clamp(max=len(stream) - seq)
-    starts = torch.where(torch.arange(n) % 2 == 0, docs, anywhere)
-    y = torch.stack([stream[s:s + seq] for s in starts])
-    x = torch.cat([torch.full((n, 1), eot, dtype=torch.int64), y[:, :-1]], dim=1)
-    return x, y
-
-
 def save_safetensors(path, tensors):
     """{name: float tensor} -> a safetensors file in bf16 (round to nearest even)."""
     header, blobs, offset = {}, [], 0
@@ -123,30 +104,19 @@ def init_weights(model, std):
 
 
 @torch.no_grad()
-def perplexity(model, stream, seq, batch, eot):
-    """exp(mean next-token loss) over consecutive windows of `seq` tokens, each after <|endoftext|>."""
+def perplexity(model, stream, seq, batch):
+    """exp(mean next-token loss) over consecutive windows of `seq` tokens."""
     model.eval()
-    n = len(stream) // seq
+    n = (len(stream) - 1) // seq
     losses = []
     for i in range(0, n, batch):
         rows = range(i, min(n, i + batch))
-        y = torch.stack([stream[r * seq:(r + 1) * seq] for r in rows])
-        x = torch.cat([torch.full((len(rows), 1), eot, dtype=torch.int64), y[:, :-1]], dim=1)
+        x = torch.stack([stream[r * seq:(r + 1) * seq] for r in rows])
+        y = torch.stack([stream[r * seq + 1:(r + 1) * seq + 1] for r in rows])
         logits = model(x)
         losses.append(torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item())
     model.train()
     return math.exp(sum(losses) / (n * seq))
-
-
-@torch.no_grad()
-def sink_shares(model, x):
-    """Per layer, per head: the mean attention weight on position 0, over queries at
-    positions >= 16 of the windows x. ~1/T for a head without a sink."""
-    probs = []
-    model.eval()
-    model(x, probs)
-    model.train()
-    return [[round(p[:, h, 16:, 0].mean().item(), 3) for h in range(p.shape[1])] for p in probs]
 
 
 def main():
@@ -155,7 +125,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=4096, help="tokens per step")
     ap.add_argument("--seq", type=int, default=256, help="tokens per window, for most steps")
     ap.add_argument("--long-seq", type=int, default=1024, help="tokens per window in the last steps (the context)")
-    ap.add_argument("--long-from", type=float, default=0.8, help="fraction of the steps after which windows are long")
+    ap.add_argument("--long-from", type=float, default=0.85, help="fraction of the steps after which windows are long")
     ap.add_argument("--lr", type=float, default=4e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
@@ -165,9 +135,7 @@ def main():
     torch.set_num_threads(args.threads)
 
     encoder = load_encoder(os.path.join(args.out, "tokenizer.json"))
-    eot = encoder.special[EOT]
     train = token_stream(encoder, split("train"))
-    train_docs = document_starts(train, eot)
     heldout = token_stream(encoder, split("heldout"))
     print(f"train {len(train):,} tokens, held-out {len(heldout):,} tokens", flush=True)
 
@@ -181,14 +149,15 @@ def main():
                             lr=args.lr, betas=(0.9, 0.95))
     warmup = max(1, args.steps // 20)
     gen = torch.Generator().manual_seed(args.seed)
-    probe, _ = batch(heldout, document_starts(heldout, eot), 256, 4, eot, torch.Generator().manual_seed(0))
     curve, start = [], time.time()
     for step in range(1, args.steps + 1):
         lr = args.lr * min(step / warmup, 0.1 + 0.45 * (1 + math.cos(math.pi * step / args.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
         seq = args.seq if step <= args.long_from * args.steps else args.long_seq
-        x, y = batch(train, train_docs, seq, args.tokens // seq, eot, gen)
+        starts = torch.randint(0, len(train) - seq - 1, (args.tokens // seq,), generator=gen)
+        x = torch.stack([train[s:s + seq] for s in starts])
+        y = torch.stack([train[s + 1:s + seq + 1] for s in starts])
         loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -199,8 +168,6 @@ def main():
             el = time.time() - start
             print(f"step {step:5d}/{args.steps}  loss {loss.item():.3f}  lr {lr:.2e}  "
                   f"{el / 60:5.1f} min  {step * args.tokens / el:,.0f} tok/s", flush=True)
-        if step % 100 == 0:
-            print("  attention on position 0, per layer and head:", sink_shares(model, probe), flush=True)
 
     minutes = (time.time() - start) / 60
     tensors = {k: v for k, v in model.state_dict().items()}
@@ -210,15 +177,13 @@ def main():
     # Perplexity of the weights as saved (bf16), which is what kvscope runs.
     for k, v in tensors.items():
         v.copy_(v.to(torch.bfloat16).float())
-    ppl = perplexity(model, heldout, args.long_seq, 4, eot)
-    sinks = sink_shares(model, probe)
-    print("attention on position 0, per layer and head:", sinks, flush=True)
+    ppl = perplexity(model, heldout, args.long_seq, 4)
     print(f"held-out perplexity {ppl:.2f} ({minutes:.1f} min of training)", flush=True)
     with open(os.path.join(args.out, "training.json"), "w") as f:
         json.dump({"command": "/usr/bin/python3 assets/training/train.py " + " ".join(sys.argv[1:]),
                    "args": vars(args), "parameters": n_params, "train_tokens": len(train),
                    "heldout_tokens": len(heldout), "minutes": round(minutes, 1),
-                   "heldout_perplexity": round(ppl, 3), "sink_shares": sinks, "loss": curve}, f)
+                   "heldout_perplexity": round(ppl, 3), "loss": curve}, f)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
     begin = end + separator.size();
     if (doc.find_first_not_of(" \t\r\n") == std::string::npos) continue;
     ++documents;
-    std::vector<int> ids = tokenizer.with_special_tokens(tokenizer.encode(doc));  // BOS first, as in training
+    std::vector<int> ids = tokenizer.with_special_tokens(tokenizer.encode(doc));  // a BOS first, if the template has one
     if (int(ids.size()) < length) continue;
     ids.resize(size_t(length));
     windows.push_back(std::move(ids));

@@ -1,6 +1,6 @@
 // Held-out windows: the first `length` tokens of every document of a text that has
-// that many, as the model reads a prompt (with the tokenizer's special tokens: the
-// bundled model's BOS first). Documents are separated by "<|endoftext|>" (as in
+// that many, as the model reads a prompt (inside the tokenizer's template of special
+// tokens, e.g. a BOS first; the bundled model has none). Documents are separated by "<|endoftext|>" (as in
 // assets/model/heldout.txt).
 #pragma once
 

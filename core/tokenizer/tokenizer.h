@@ -10,9 +10,8 @@
 // decode(ids) concatenates each token's raw bytes.
 //
 // with_special_tokens(ids) then wraps the ids as the post-processor's template
-// says (Hugging Face's add_special_tokens=True): Qwen3's adds nothing; the bundled
-// model's puts <|endoftext|> first, the BOS it saw at the start of every training
-// window, where attention learned to rest (the sink).
+// says (Hugging Face's add_special_tokens=True). Qwen3's and the bundled model's
+// add nothing; Llama 3's, for example, puts its BOS first.
 #pragma once
 
 #include <array>
