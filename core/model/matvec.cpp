@@ -159,21 +159,22 @@ inline float dot_bf16(const uint16_t* w, const float* x, int cols) {
 #endif
 
 // The driver shared by both weight types: share the rows out among the threads; each
-// thread runs dot() over its rows in order, i.e. one sequential walk through its part of W.
+// thread runs dot() over its rows in order, i.e. one sequential walk through its part of W,
+// and uses each row for all n vectors of X while it is in L1.
 template <typename T, typename Dot>
-void matvec(const T* W, const float* x, float* y, int rows, int cols, Dot dot) {
-  if (rows <= 0) return;
-  if (cols <= 0) {
-    std::fill(y, y + rows, 0.0f);
-    return;
-  }
+void matvec(const T* W, const float* X, float* Y, int rows, int cols, int n, Dot dot) {
+  if (rows <= 0 || n <= 0) return;
+  const std::size_t out_stride = static_cast<std::size_t>(rows), in_stride = static_cast<std::size_t>(cols);
+  const auto row = [&](int r) {
+    const T* w = W + static_cast<std::size_t>(r) * in_stride;
+    for (int i = 0; i < n; ++i) Y[i * out_stride + r] = cols > 0 ? dot(w, X + i * in_stride, cols) : 0.0f;
+  };
   const std::size_t weights = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   const int threads = weights < kMinParallelWeights ? 1 : std::min(omp_get_max_threads(), rows);
   // Serially, with no OpenMP region at all: for small products, for one thread (even a
   // one-thread team costs ~1 us to set up), and when called from inside a parallel region.
   if (threads <= 1 || omp_in_parallel()) {
-    const T* w = W;
-    for (int r = 0; r < rows; ++r, w += cols) y[r] = dot(w, x, cols);
+    for (int r = 0; r < rows; ++r) row(r);
     return;
   }
   // Rows are handed out by OpenMP's "guided" schedule: the first thread to ask gets
@@ -186,22 +187,26 @@ void matvec(const T* W, const float* x, float* y, int rows, int cols, Dot dot) {
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for schedule(guided, min_chunk) nowait
-    for (int r = 0; r < rows; ++r) {
-      y[r] = dot(W + static_cast<std::size_t>(r) * static_cast<std::size_t>(cols), x, cols);
-    }
+    for (int r = 0; r < rows; ++r) row(r);
   }
 }
 
 }  // namespace
 
-void matvec_f32(const float* W, const float* x, float* y, int rows, int cols) {
-  // (A lambda rather than the bare function: its type names the function, so the
-  // call inlines into the loop of the OpenMP region instead of going through a pointer.)
-  matvec(W, x, y, rows, cols, [](const float* w, const float* v, int n) { return dot_f32(w, v, n); });
-}
+// (Lambdas rather than the bare functions: their types name the function, so the
+// call inlines into the loop of the OpenMP region instead of going through a pointer.)
+void matvec_f32(const float* W, const float* x, float* y, int rows, int cols) { matvec_f32_n(W, x, y, rows, cols, 1); }
 
 void matvec_bf16(const uint16_t* W, const float* x, float* y, int rows, int cols) {
-  matvec(W, x, y, rows, cols, [](const uint16_t* w, const float* v, int n) { return dot_bf16(w, v, n); });
+  matvec_bf16_n(W, x, y, rows, cols, 1);
+}
+
+void matvec_f32_n(const float* W, const float* X, float* Y, int rows, int cols, int n) {
+  matvec(W, X, Y, rows, cols, n, [](const float* w, const float* v, int c) { return dot_f32(w, v, c); });
+}
+
+void matvec_bf16_n(const uint16_t* W, const float* X, float* Y, int rows, int cols, int n) {
+  matvec(W, X, Y, rows, cols, n, [](const uint16_t* w, const float* v, int c) { return dot_bf16(w, v, c); });
 }
 
 }  // namespace kvscope

@@ -65,4 +65,32 @@ Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const
 const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int seq, RunState& s, const int* tokens,
                      int T, const ForwardOptions& options = {});
 
+// Batching: several sequences in one forward pass.
+//
+// Every item's tokens become rows of one activation matrix [rows, hidden], so
+// each weight matrix is read once for the whole batch (one GEMM instead of one
+// GEMV per sequence); only RoPE, the K/V writes and attention go item by item,
+// each through its own block table at its own positions. A decoding sequence
+// gives one row, a prefilling one a chunk of its prompt.
+struct BatchItem {
+  int seq = -1;
+  std::vector<int> tokens;                      // [T] its new tokens
+  AttentionPath attention = AttentionPath::Flash;
+  int sum_from = 0;                             // eager only, as in ForwardOptions
+  std::vector<float>* prob_sums = nullptr;      // [num_layers, n_heads, its table blocks * block_size]
+};
+
+// Checks every item as place_tokens does, that no sequence comes twice, and that
+// the pool has the blocks for all of them together: kvscope::Error otherwise
+// ("block pool exhausted: the batch ..."). Changes nothing.
+void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vector<BatchItem>& items);
+// check_batch, then places every item in order: one Placement per item.
+std::vector<Placement> place_batch(const ModelConfig& c, PagedKvCache& cache, const std::vector<BatchItem>& items);
+
+// Runs the items in one pass. Returns the logits of each item's last token:
+// [items, vocab]. Each sequence gets the logits it would get alone, up to the
+// order of float sums in the GEMM (tests/serve_test.cpp: within 1e-5).
+const float* forward_batch(const Model& model, PagedKvCache& cache, KvStorage& kv, RunState& s,
+                           const std::vector<BatchItem>& items);
+
 }  // namespace kvscope
