@@ -18,6 +18,7 @@
 #include "serve/serve_bench.h"
 #include "test_paths.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvscope {
 namespace {
@@ -365,6 +366,28 @@ TEST(ServeBench, CompactionAdmitsMoreSequencesThanHolesOnlyOnTheBundledModel) {
   for (const char* s : {"none", "holes", "reuse", "compact"}) EXPECT_EQ(cell(r.output, s, 9), "8") << s;  // finished
   EXPECT_EQ(cell(r.output, "holes", 7), "0.00 MB");  // only compaction moves bytes
   EXPECT_NE(cell(r.output, "compact", 7), "0.00 MB");
+}
+
+TEST(Readme, ServeBenchTableMatchesARerun) {
+  // The README's serve-bench table, against the command it names: every column
+  // but the timings (tokens/s and wall time) must be the same.
+  const std::string readme = read_file(test::source_path("README.md"));
+  const std::string marker = "<!-- serve-table: build/kvscope ";
+  const size_t at = readme.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  const size_t args_end = readme.find(" -->", at);
+  const std::string args = readme.substr(at + marker.size(), args_end - at - marker.size());
+  const std::string quoted = readme.substr(args_end, readme.find("<!-- /serve-table", at) - args_end);
+  const test::ProgramRun r = test::run_kvscope(args);
+  ASSERT_EQ(r.code, 0) << r.output;
+  int rows = 0;
+  for (const char* s : {"none", "holes", "reuse", "compact"}) {
+    if (quoted.find(std::string("| ") + s + " |") == std::string::npos) continue;
+    ++rows;
+    for (int column : {1, 2, 4, 5, 6, 7, 8, 9})
+      EXPECT_EQ(cell(quoted, s, column), cell(r.output, s, column)) << s << ", column " << column << "\n" << r.output;
+  }
+  EXPECT_EQ(rows, 4);
 }
 
 }  // namespace

@@ -137,7 +137,8 @@ void run_serve_bench(const ServeBenchArgs& a) {
   std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
               "prefill in chunks of %d\n",
               a.policy.c_str(), a.budget, a.slack, a.sinks, a.recent, a.chunk);
-  std::printf("machine: %s, %d threads\n\n", cpu_name().c_str(), omp_get_max_threads());
+  const int threads = omp_get_max_threads();
+  std::printf("machine: %s, %d thread%s\n\n", cpu_name().c_str(), threads, threads == 1 ? "" : "s");
   std::fflush(stdout);
 
   const bool bar = isatty(STDERR_FILENO);  // a progress bar for people, not for logs

@@ -98,7 +98,11 @@ static void layer_forward(const Step& st, const LayerWeights& w, int layer) {
   rmsnorm(s.k.data(), s.k.data(), w.k_norm, T * c.num_kv_heads, hd, c.rms_norm_eps);
   if (st.queries)
     std::copy_n(s.q.data(), size_t(T) * c.q_dim(), st.queries->data() + size_t(layer) * T * c.q_dim());
-  for (const Piece& p : st.pieces) piece_attention(st, p, layer);
+  // Sequences are independent here (own rows, own slots, own keys): several at once
+  // share the threads one by one; a lone one uses them inside attention.
+  const int n = int(st.pieces.size());
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+  for (int i = 0; i < n; ++i) piece_attention(st, st.pieces[size_t(i)], layer);
   linear(st, s.h.data(), s.att.data(), w.o_proj);
   add_inplace(s.x.data(), s.h.data(), T * d);
 
