@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/invariants.h"
+#include "cache/trace.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/weights.h"
@@ -326,6 +327,34 @@ TEST(Scheduler, ALoneRequestThatOutgrowsThePoolIsAnErrorNotAHang) {
   t.submit(tokens(8, 1), 300);
   t.run();
   EXPECT_EQ(t.request(0).output.size(), 300u);
+}
+
+TEST(Scheduler, TheEventStreamShowsRequestsSharingThePool) {
+  // Every cache event carries its sequence id: a recorded serving run replays, the
+  // requests' sequences interleave, and a waiting request's first block comes from
+  // blocks another request's eviction, compaction or end gave back.
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  EventLog events;
+  const EngineConfig c = config(MemoryStrategy::Compact, "h2o", 12, /*num_blocks=*/16);
+  const ServeRun run = serve_requests(m, "compact", c, {4, 0}, prompts(6, 12), 30, {}, &events);
+  EXPECT_EQ(run.finished, 6);
+  const Occupancy end = replay({c.block_size, c.num_blocks, c.strategy, {}}, events);
+  EXPECT_EQ(end.blocks_in_use(), 0);
+  std::vector<int> first_alloc(6, -1), freed_before(6, 0);
+  int freed = 0, last_of_0 = -1;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    ASSERT_GE(e.seq, 0);
+    if (e.seq == 0) last_of_0 = int(i);
+    if (e.kind == EventKind::BlockFreed) ++freed;
+    if (e.kind == EventKind::BlockAllocated && e.seq < 6 && first_alloc[size_t(e.seq)] < 0) {
+      first_alloc[size_t(e.seq)] = int(i);
+      freed_before[size_t(e.seq)] = freed;
+    }
+  }
+  for (int s = 0; s < 6; ++s) EXPECT_GE(first_alloc[size_t(s)], 0) << "sequence " << s;
+  EXPECT_LT(first_alloc[1], last_of_0);  // the second starts while the first runs
+  EXPECT_GT(freed_before[5], 0);                   // the last is admitted into blocks given back
 }
 
 TEST(ServeBench, BadInputIsAClearError) {
