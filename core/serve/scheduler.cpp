@@ -60,6 +60,7 @@ void Scheduler::admit() {
     const int need = std::max(r.need, blocks_for(max_live(engine_.config().schedule, r.context(), config_.chunk)));
     if (!running_.empty() && cache.pool().num_free() < need) return;
     r.seq = engine_.add_sequence();
+    r.seqs.push_back(r.seq);
     r.fed = 0;
     running_.push_back(waiting_.front());
     waiting_.pop_front();

@@ -43,6 +43,7 @@ struct Request {
   // Filled in as it runs.
   std::vector<int> output;  // generated tokens (greedy)
   int seq = -1;             // its engine sequence while running, -1 while waiting
+  std::vector<int> seqs;    // every engine sequence it ran in (a new one after each preemption)
   int fed = 0;              // tokens of prompt + output that went into that sequence
   int need = 0;             // free blocks it waits for before (re)admission
   int preemptions = 0;

@@ -53,6 +53,7 @@ ServeRun serve_requests(const Model& model, const std::string& strategy, const E
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   run.stats = scheduler.stats();
   run.finished = finished();
+  for (int i = 0; i < scheduler.num_requests(); ++i) run.requests.push_back(scheduler.request(i));
   if (progress) progress(run.finished, scheduler.num_requests());
   return run;
 }

@@ -22,6 +22,7 @@ struct ServeRun {
   ServeStats stats;
   int finished = 0;      // requests with all their tokens
   double seconds = 0;    // wall time of the whole run
+  std::vector<Request> requests;  // at the end: each one's output and the sequences it ran in
 
   double tokens_per_second() const { return seconds > 0 ? stats.generated_tokens / seconds : 0; }
   double mean_running() const;  // sequences per step, on average
