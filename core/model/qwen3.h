@@ -67,11 +67,12 @@ const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int
 
 // Batching: several sequences in one forward pass.
 //
-// Every item's tokens become rows of one activation matrix [rows, hidden], so
-// each weight matrix is read once for the whole batch (one GEMM instead of one
-// GEMV per sequence); only RoPE, the K/V writes and attention go item by item,
-// each through its own block table at its own positions. A decoding sequence
-// gives one row, a prefilling one a chunk of its prompt.
+// Every item's tokens become rows of one activation matrix [rows, hidden]; only
+// RoPE, the K/V writes and attention go item by item, each through its own block
+// table at its own positions. A decoding sequence gives one row, a prefilling one
+// a chunk of its prompt. The decode rows share one matrix-vector pass over each
+// weight matrix (model/matvec.h: each weight row read once for all of them); a
+// prefill chunk is a GEMM of its own, as it would be alone.
 struct BatchItem {
   int seq = -1;
   std::vector<int> tokens;                      // [T] its new tokens
@@ -88,8 +89,8 @@ void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vec
 std::vector<Placement> place_batch(const ModelConfig& c, PagedKvCache& cache, const std::vector<BatchItem>& items);
 
 // Runs the items in one pass. Returns the logits of each item's last token:
-// [items, vocab]. Each sequence gets the logits it would get alone, up to the
-// order of float sums in the GEMM (tests/serve_test.cpp: within 1e-5).
+// [items, vocab]. Each sequence gets exactly the logits it would get alone, the
+// same sums in the same order (tests/serve_test.cpp, Batch.*).
 const float* forward_batch(const Model& model, PagedKvCache& cache, KvStorage& kv, RunState& s,
                            const std::vector<BatchItem>& items);
 
