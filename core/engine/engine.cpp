@@ -50,7 +50,7 @@ const float* Engine::step(int seq, const int* tokens, int T) {
   ForwardOptions options;
   observe_options(policies_.at(seq).get(), T, &prob_sums_, options.attention, options.sum_from, options.prob_sums);
   const float* logits = backend_->forward(cache_, seq, tokens, T, options);
-  after_forward(seq, T, options.prob_sums ? T - options.sum_from : 0, prob_sums_);
+  after_forward(seq, options.prob_sums ? T - options.sum_from : 0, prob_sums_);
   return logits;
 }
 
@@ -65,12 +65,12 @@ const float* Engine::step_batch(std::vector<BatchItem> items) {
   for (size_t i = 0; i < items.size(); ++i) {
     const BatchItem& it = items[i];
     const int T = int(it.tokens.size());
-    after_forward(it.seq, T, it.prob_sums ? T - it.sum_from : 0, batch_prob_sums_[i]);
+    after_forward(it.seq, it.prob_sums ? T - it.sum_from : 0, batch_prob_sums_[i]);
   }
   return logits;
 }
 
-void Engine::after_forward(int seq, int T, int observed_queries, const std::vector<float>& prob_sums) {
+void Engine::after_forward(int seq, int observed_queries, const std::vector<float>& prob_sums) {
   EvictionPolicy* policy = policies_.at(seq).get();
   if (observed_queries > 0) {
     // The attention each live token received, summed over layers and heads.

@@ -81,7 +81,8 @@ class Engine {
 
  private:
   const float* step(int seq, const int* tokens, int T);
-  void after_forward(int seq, int T, int observed_queries, const std::vector<float>& prob_sums);
+  // The policy observes the step's attention (if it asked for it); then a round if one is due.
+  void after_forward(int seq, int observed_queries, const std::vector<float>& prob_sums);
   void evict_round(int seq);
 
   const Model& model_;
