@@ -1,10 +1,13 @@
 // kvscope serve-bench: many requests, one pool, under each memory strategy.
 //
-//   kvscope serve-bench [--model DIR] [--blocks N] [--requests N] [--prompt-len N] [--output-len N]
-//                       [--policy h2o] [--budget 64] [--strategies none,holes,reuse,compact] [--json FILE]
+//   kvscope serve-bench [--model DIR | --config FILE [--layers N]] [--blocks N] [--requests N]
+//                       [--prompt-len N] [--output-len N] [--policy h2o] [--budget 64]
+//                       [--strategies none,holes,reuse,compact] [--json FILE]
 //
 // Prompts are slices of the model folder's held-out text (--text), or random token
-// ids when there is none. Every strategy serves the same requests through a pool of
+// ids when there is none. --config builds a model of that shape with random bf16
+// weights (as `kvscope bench decode` does): one whose weights, not its per-token
+// work, set the cost of a step. Every strategy serves the same requests through a pool of
 // --blocks blocks; the table says how many sequences ran at once, how fast, how
 // often a request was preempted, and what compaction moved. --json writes the
 // numbers and the blocks in use after every step (core/serve/plot_serve.py draws them).
@@ -38,6 +41,8 @@ const std::string kBundled = std::string(KVSCOPE_ASSETS_DIR) + "/model";
 struct ServeBenchArgs {
   std::string model_dir = kBundled;
   std::string text;  // default: MODEL/heldout.txt when there is one
+  std::string config;  // a config.json: random weights of its shape instead of --model
+  int layers = 0;      // with --config: keep only this many layers (0 = all)
   int blocks = 96;
   int block_size = 16;
   int requests = 32;
@@ -102,14 +107,26 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
 void run_serve_bench(const ServeBenchArgs& a) {
   set_threads(a.threads);
   check_args(a);
-  if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
+  if (a.layers < 0) throw Error("--layers must be >= 0, got " + std::to_string(a.layers));
+  const bool random = !a.config.empty();
+  if (!random && a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
-  const Model model = load_model(a.model_dir);
+  const Model model = [&] {
+    if (!random) return load_model(a.model_dir);
+    ModelConfig shape = load_config_file(a.config);
+    if (a.layers > 0) shape.num_layers = std::min(shape.num_layers, a.layers);
+    std::fprintf(stderr, "building a random bf16 model of %s's shape (%d layers)...\n", a.config.c_str(), shape.num_layers);
+    return random_model(shape, DType::BF16, a.seed);
+  }();
   print_warnings(model.warnings);
   const ModelConfig& c = model.config;
+  const std::string model_name =
+      random ? shown_path(a.config) + " (" + std::to_string(c.num_layers) + " layers, " +
+                   std::to_string(c.parameter_count() / 1000000) + "M parameters, random bf16 weights)"
+             : shown_path(a.model_dir);
 
-  std::string text = a.text;
-  if (text.empty() && file_exists(a.model_dir + "/heldout.txt")) text = a.model_dir + "/heldout.txt";
+  std::string text = random ? "" : a.text;
+  if (!random && text.empty() && file_exists(a.model_dir + "/heldout.txt")) text = a.model_dir + "/heldout.txt";
   std::vector<int> text_ids;
   if (!text.empty()) text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_file(text));
   if (!text.empty() && text_ids.empty()) throw file_error(text, "has no tokens");
@@ -120,7 +137,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   evicting.block_size = a.block_size;
   evicting.schedule = {a.budget, a.slack, a.sinks, a.recent};
   std::string calibration = a.calibration;
-  if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
+  if (calibration.empty() && !random && file_exists(a.model_dir + "/triattention-calibration.json"))
     calibration = a.model_dir + "/triattention-calibration.json";
   evicting.policy = policy_factory(a.policy, a.seed, calibration, c);
   ServeConfig serve;
@@ -129,7 +146,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
   const int full_blocks = (a.prompt_len + a.output_len - 1 + a.block_size - 1) / a.block_size;
   std::printf("kvscope serve-bench: %s, %d requests of %d prompt + %d new tokens (prompts: %s), greedy\n",
-              shown_path(a.model_dir).c_str(), a.requests, a.prompt_len, a.output_len,
+              model_name.c_str(), a.requests, a.prompt_len, a.output_len,
               text.empty() ? "random token ids" : shown_path(text).c_str());
   std::printf("pool: %d blocks of %d tokens (%.2f MB of K/V); a request's whole context takes %d blocks, so %d fit "
               "without eviction\n",
@@ -186,6 +203,8 @@ void add_serve_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve-bench", "Many requests through one KV pool under each memory strategy: "
                                                      "concurrency, tokens/s, preemptions");
   cmd->add_option("--model", a.model_dir, "Hugging Face model folder")->capture_default_str();
+  cmd->add_option("--config", a.config, "A config.json: serve a model of its shape with random bf16 weights instead");
+  cmd->add_option("--layers", a.layers, "With --config: keep only the first N layers (0 = all)")->capture_default_str();
   cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt; none: random ids)");
   cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str();
   cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str();

@@ -54,11 +54,15 @@ int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {
 void Scheduler::admit() {
   const PagedKvCache& cache = engine_.cache();
   while (!waiting_.empty()) {
-    for (int id : running_)  // one prefill at a time, so the others never wait long
-      if (requests_[id].context() - requests_[id].fed > 1) return;
+    int64_t running_need = 0;  // blocks the running requests take in this step
+    for (int id : running_) {
+      const Request& q = requests_[id];
+      if (q.context() - q.fed > 1) return;  // one prefill at a time, so the others never wait long
+      running_need += cache.blocks_needed(q.seq, 1);
+    }
     Request& r = requests_[waiting_.front()];
     const int need = std::max(r.need, blocks_for(max_live(engine_.config().schedule, r.context(), config_.chunk)));
-    if (!running_.empty() && cache.pool().num_free() < need) return;
+    if (!running_.empty() && cache.pool().num_free() - running_need < need) return;
     r.seq = engine_.add_sequence();
     r.seqs.push_back(r.seq);
     r.fed = 0;
