@@ -1,5 +1,6 @@
 #include "cuda_backend.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpu_devices.h"
@@ -178,6 +179,25 @@ const float* CudaBackend::forward(PagedKvCache& cache, int seq, const int* token
     prob_sums_.download(options.prob_sums->data(), prob_sums_size);
   }
   return logits_host_.data();
+}
+
+// One forward per item, after the same checks as the CPU's batched pass, so a
+// refused batch changes nothing here either. (A batched GPU pass, one GEMM per
+// weight over all rows, is the obvious next step; it is not written yet.)
+const float* CudaBackend::forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) {
+  const ModelConfig& c = model_.config;
+  check_batch(c, cache, items);
+  batch_logits_host_.resize(items.size() * size_t(c.vocab_size));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BatchItem& it = items[i];
+    ForwardOptions options;
+    options.attention = it.attention;
+    options.sum_from = it.sum_from;
+    options.prob_sums = it.prob_sums;
+    const float* logits = forward(cache, it.seq, it.tokens.data(), int(it.tokens.size()), options);
+    std::copy_n(logits, c.vocab_size, batch_logits_host_.data() + i * c.vocab_size);
+  }
+  return batch_logits_host_.data();
 }
 
 // ---------------------------------------------------------------------------

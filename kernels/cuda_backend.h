@@ -35,6 +35,9 @@ class CudaBackend final : public Backend {
   CudaBackend(const Model& model, int num_blocks, int block_size);
   const char* name() const override { return "cuda"; }
   const float* forward(PagedKvCache& cache, int seq, const int* tokens, int T, const ForwardOptions& options) override;
+  // Not batched on the GPU yet: checks and places the whole batch as the CPU does,
+  // then runs one forward per item (the weights are read once per sequence).
+  const float* forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) override;
   size_t compact(const std::vector<Move>& plan) override;
   void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots) override;
 
@@ -81,6 +84,7 @@ class CudaBackend final : public Backend {
   DeviceArray<float> x_, h_, q_, k_new_, v_new_, att_, gate_, up_, logits_;
   DeviceArray<float> gemm_scratch_, attention_workspace_, probs_, prob_sums_;
   std::vector<float> logits_host_;
+  std::vector<float> batch_logits_host_;  // [items, vocab] forward_batch's answer
   // Compaction and TriAttention inputs.
   DeviceArray<int> move_from_, move_to_, score_slots_;
   DeviceArray<float> score_w_, score_gap_;

@@ -107,6 +107,8 @@ void settings(App& app) {
     ImGui::SliderInt("sequences", &e.sequences, 1, 4);
   } else {
     ImGui::InputScalar("new tokens", ImGuiDataType_S64, &e.tokens);
+    ImGui::SliderInt("requests", &e.sequences, 1, 4);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("2+: served together through a pool too small for all (kvscope serve-bench)");
   }
   if (e.source == Source::Synthetic && !e.streaming) {
     float f = float(e.evict_fraction);

@@ -174,8 +174,12 @@ void draw_sequence(App& app, ImVec2 size) {
   ImGui::SameLine();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const Counters& c = t.counters();
-  ImGui::Text("%s written, %s kept, %s evicted (the policy's choice, the same under every strategy)",
-              count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str());
+  // Served requests are scheduled by what each strategy frees, so their runs differ.
+  const bool served = t.run().header.meta.count("source") && t.run().header.meta.at("source") == "serve";
+  ImGui::Text("%s written, %s kept, %s evicted (%s)", count(c.written).c_str(), count(c.live()).c_str(),
+              count(c.evicted).c_str(),
+              served ? "requests served together: each strategy schedules them differently"
+                     : "the policy's choice, the same under every strategy");
   ImGui::PopStyleColor();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(10.0f, size.y - (origin.y - top))};

@@ -8,6 +8,7 @@
 #include "engine/generate.h"
 #include "evict/policy.h"
 #include "model/weights.h"
+#include "serve/serve_bench.h"
 #include "sim/synthetic.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -94,6 +95,15 @@ std::vector<Scenario> make_scenarios() {
   v.push_back({"h2o-model",
                "The model generates 256 tokens; H2O keeps 64 (+32 slack) by accumulated attention; holes vs compaction",
                model_run("h2o"), 600});
+  {
+    Scenario s{"serve-model",
+               "The model serves 4 requests through a pool that holds the budget of 3: H2O keeps 64 each; the 4th "
+               "waits until blocks come back (sooner with compaction); holes vs compaction",
+               model_run("h2o"), 1500};
+    s.settings.sequences = 4;
+    s.settings.tokens = 192;
+    v.push_back(s);
+  }
   v.push_back({"triattention-model",
                "The model generates 256 tokens; TriAttention keeps 64 by its pre-RoPE key scores (needs a calibration "
                "file); holes vs compaction",
@@ -288,6 +298,38 @@ std::string find_calibration(const ModelSource& m) {
               m.dir + " --text FILE --out calib.json` and pass --calibration calib.json");
 }
 
+// Model, 2+ sequences: that many requests (the prompt from different starts) served
+// by core/serve/scheduler.h through a pool that holds the eviction budget of one
+// fewer, so the last waits until blocks come back; greedy.
+void record_serving(Run& run, const RunSettings& s, MemoryStrategy strategy, const Model& model,
+                    const Tokenizer& tokenizer, const std::vector<int>& prompt, int new_tokens,
+                    const EvictionSchedule& schedule, const PolicyFactory& inner) {
+  const int n = s.sequences, chunk = 32;
+  std::vector<std::vector<int>> prompts;
+  for (int k = 0; k < n; ++k) prompts.emplace_back(prompt.begin() + long(prompt.size() * size_t(k) / size_t(2 * n)), prompt.end());
+  EngineConfig c;
+  c.block_size = s.block_size;
+  c.strategy = strategy;
+  c.schedule = schedule;
+  c.num_blocks = (n - 1) * ((s.budget + s.slack + chunk + s.block_size - 1) / s.block_size);
+  auto next_seq = std::make_shared<int>(0);  // the engine numbers its sequences 0, 1, ... as it adds them
+  Run* r = &run;
+  c.policy = [inner, r, next_seq] { return std::make_unique<RecordingPolicy>(inner(), *r, (*next_seq)++); };
+  const ServeRun served = serve_requests(model, strategy_name(strategy), c, {chunk, tokenizer.vocab_size()}, prompts,
+                                         new_tokens, {}, &run.events);
+  run.sequences = *next_seq;
+  run.token_text.assign(size_t(*next_seq), {});
+  for (const Request& q : served.requests) {
+    std::vector<std::string> text;
+    for (int i = 0; i < q.context(); ++i) text.push_back(printable(tokenizer.token_bytes(q.token(i))));
+    for (int seq : q.seqs) run.token_text[size_t(seq)] = text;  // a recomputed sequence holds the same tokens
+  }
+  run.header = {s.block_size, c.num_blocks, strategy,
+                {{"source", "serve"}, {"policy", s.policy}, {"budget", std::to_string(s.budget)},
+                 {"slack", std::to_string(s.slack)}, {"requests", std::to_string(n)},
+                 {"preemptions", std::to_string(served.stats.preemptions)}}};
+}
+
 Recording record_model(const RunSettings& s, const ModelSource& m) {
   Recording rec;
   rec.settings = s;
@@ -315,6 +357,11 @@ Recording record_model(const RunSettings& s, const ModelSource& m) {
     run->source = "model";
     run->policy = s.policy;
     run->bytes_per_token = int64_t(KvStorage::bytes_per_block(model.config, s.block_size) / size_t(s.block_size));
+    if (s.sequences > 1) {
+      record_serving(*run, s, strategy, model, tokenizer, prompt, new_tokens, schedule, inner);
+      rec.runs.push_back(run);
+      continue;
+    }
     GenerateOptions o;
     o.max_new_tokens = new_tokens;
     o.sampler = {0.7f, 40, 0.95f, s.seed};

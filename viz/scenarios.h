@@ -11,6 +11,8 @@
 //                             sequences interleaved token by token
 //   model                     generate() (engine/generate.h) on --model DIR,
 //                             the policy wrapped to record its scores per round
+//   model, 2+ sequences       that many requests served by the scheduler
+//                             (serve/scheduler.h) through a pool too small for all
 //
 // Each strategy is a separate run of the same workload and seed: the policy
 // makes the same choices in each, only what the cache does with the holes differs.
@@ -41,7 +43,7 @@ struct RunSettings {
   int slack = 128;                   // a round starts at budget + slack live tokens
   int sinks = 0, recent = 0;         // protected: the first and the newest tokens
   int block_size = 16;
-  int sequences = 1;  // synthetic: sequences sharing the pool
+  int sequences = 1;  // sequences sharing the pool (model: requests served together)
   uint64_t seed = 1;
   std::vector<MemoryStrategy> strategies = {MemoryStrategy::HolesOnly, MemoryStrategy::Compact};  // left to right
   std::string prompt;  // model: empty = the built-in text

@@ -92,6 +92,14 @@ int64_t PagedKvCache::room(int seq) const {
   return n;
 }
 
+int64_t PagedKvCache::blocks_needed(int seq, int64_t T) const {
+  const Sequence& s = sequence(seq);
+  int64_t n = T;  // tokens that do not fit in the sequence's own slots
+  if (!s.blocks.empty()) n -= block_size_ - s.tail_used;
+  if (strategy_ == MemoryStrategy::ReuseHoles) n -= int64_t(s.holes.size());
+  return n <= 0 ? 0 : (n + block_size_ - 1) / block_size_;
+}
+
 SlotRef PagedKvCache::append(int seq) {
   Sequence& s = seq_ref(seq);
   SlotRef at;

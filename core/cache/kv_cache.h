@@ -74,6 +74,10 @@ class PagedKvCache {
   // How many more tokens append(seq) can place: tail room, holes it may reuse,
   // and every free block of the pool (which other sequences share).
   int64_t room(int seq) const;
+  // How many free blocks of the pool T more tokens of `seq` would take: none while
+  // they fit in its tail (and, under ReuseHoles, its holes). T <= room(seq) exactly
+  // when blocks_needed(seq, T) <= pool().num_free().
+  int64_t blocks_needed(int seq, int64_t T) const;
 
   // Drops the tokens at `positions` from the sequence; their slots become holes.
   // Blocks left with no live slot go back to the pool (under every strategy).

@@ -24,6 +24,7 @@ void add_calibrate_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_heads_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
+void add_serve_bench_command(CLI::App& app);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);

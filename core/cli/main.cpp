@@ -3,7 +3,7 @@
 //   kvscope generate --model DIR --prompt TEXT [-n N] [--chat] [--temperature T] ...
 //   kvscope bench    [--config FILE] [--prompt-tokens N] [--decode-tokens N] ...
 //   kvscope devices  the CPU threads and the CUDA GPUs this build can use
-//   kvscope eval | heads | memory | simulate | calibrate   (kvscope --help lists them all)
+//   kvscope eval | heads | memory | simulate | calibrate | serve-bench   (kvscope --help lists them all)
 //
 // Every failure is one line on stderr, "kvscope: error: <file>: <problem>", and exit code 1.
 // Input that is usable but suspicious (NaN weights, say) gives "kvscope: warning: ..." lines
@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   kvscope::cli::add_eval_command(app);
   kvscope::cli::add_heads_command(app);
   kvscope::cli::add_simulate_command(app);
+  kvscope::cli::add_serve_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

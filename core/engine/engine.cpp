@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <algorithm>
+
 #include "cache/invariants.h"
 #include "util/error.h"
 
@@ -34,29 +36,53 @@ const float* Engine::prefill(int seq, const std::vector<int>& tokens) {
 
 const float* Engine::decode(int seq, int token) { return step(seq, &token, 1); }
 
-const float* Engine::step(int seq, const int* tokens, int T) {
-  EvictionPolicy* policy = policies_.at(seq).get();
-  ForwardOptions options;
-  const bool observe = policy && policy->needs_attention();
-  if (observe) {
-    options.attention = AttentionPath::Eager;
-    options.sum_from = std::max(0, T - policy->window());
-    options.prob_sums = &prob_sums_;
-  }
-  const float* logits = backend_->forward(cache_, seq, tokens, T, options);
+// The policy's attention options for T new tokens of `seq`: the eager path when
+// it needs probabilities, summed into `sums`.
+static void observe_options(EvictionPolicy* policy, int T, std::vector<float>* sums, AttentionPath& path,
+                            int& sum_from, std::vector<float>*& prob_sums) {
+  if (!policy || !policy->needs_attention()) return;
+  path = AttentionPath::Eager;
+  sum_from = std::max(0, T - policy->window());
+  prob_sums = sums;
+}
 
-  if (observe) {
+const float* Engine::step(int seq, const int* tokens, int T) {
+  ForwardOptions options;
+  observe_options(policies_.at(seq).get(), T, &prob_sums_, options.attention, options.sum_from, options.prob_sums);
+  const float* logits = backend_->forward(cache_, seq, tokens, T, options);
+  after_forward(seq, options.prob_sums ? T - options.sum_from : 0, prob_sums_);
+  return logits;
+}
+
+const float* Engine::step_batch(std::vector<BatchItem> items) {
+  if (batch_prob_sums_.size() < items.size()) batch_prob_sums_.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    BatchItem& it = items[i];
+    observe_options(policies_.at(it.seq).get(), int(it.tokens.size()), &batch_prob_sums_[i], it.attention,
+                    it.sum_from, it.prob_sums);
+  }
+  const float* logits = backend_->forward_batch(cache_, items);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BatchItem& it = items[i];
+    const int T = int(it.tokens.size());
+    after_forward(it.seq, it.prob_sums ? T - it.sum_from : 0, batch_prob_sums_[i]);
+  }
+  return logits;
+}
+
+void Engine::after_forward(int seq, int observed_queries, const std::vector<float>& prob_sums) {
+  EvictionPolicy* policy = policies_.at(seq).get();
+  if (observed_queries > 0) {
     // The attention each live token received, summed over layers and heads.
     const ModelConfig& c = model_.config;
     const LiveSlots live = live_slots(cache_, seq);
-    const size_t table = prob_sums_.size() / (size_t(c.num_layers) * c.num_heads);
+    const size_t table = prob_sums.size() / (size_t(c.num_layers) * c.num_heads);
     std::vector<float> received(live.pos.size(), 0.0f);
     for (int lh = 0; lh < c.num_layers * c.num_heads; ++lh)
-      for (size_t j = 0; j < received.size(); ++j) received[j] += prob_sums_[lh * table + live.table_index[j]];
-    policy->observe(live.pos, received, T - options.sum_from);
+      for (size_t j = 0; j < received.size(); ++j) received[j] += prob_sums[lh * table + live.table_index[j]];
+    policy->observe(live.pos, received, observed_queries);
   }
   if (config_.schedule.due(cache_.sequence(seq).live)) evict_round(seq);
-  return logits;
 }
 
 void Engine::evict_round(int seq) {
@@ -72,7 +98,9 @@ void Engine::evict_round(int seq) {
   policy.forget(evicted);
   if (config_.strategy == MemoryStrategy::Compact) {
     const std::vector<Move> plan = cache_.plan_compaction(seq);
-    stats_[seq].bytes_moved += backend_->compact(plan);  // the bytes move where they live
+    const size_t moved = backend_->compact(plan);  // the bytes move where they live
+    stats_[seq].bytes_moved += moved;
+    bytes_moved_ += moved;
     cache_.commit_compaction(seq, plan);
   }
   check_kept(cache_, seq, kept);  // cheap next to a forward pass; a lost token would be a cache bug

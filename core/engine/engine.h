@@ -63,13 +63,26 @@ class Engine {
   const float* prefill(int seq, const std::vector<int>& tokens);
   const float* decode(int seq, int token);
 
+  // One forward pass over several sequences (model/qwen3.h BatchItem: seq and
+  // tokens; the engine sets the attention options its policies need). Returns
+  // [items, vocab], each item's last token's logits, valid until the next step.
+  // Refused as a whole when the pool lacks the blocks for all of them together
+  // (kvscope::Error, nothing changes). Then, sequence by sequence, the policies
+  // observe and the eviction rounds that are due run, as after prefill and decode.
+  const float* step_batch(std::vector<BatchItem> items);
+
   SequenceStats stats(int seq) const;
+  size_t bytes_moved() const { return bytes_moved_; }  // by compaction, every sequence, released ones too
   const PagedKvCache& cache() const { return cache_; }
+  const EngineConfig& config() const { return config_; }
+  const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
   EvictionPolicy* policy(int seq) { return policies_.at(seq).get(); }
 
  private:
   const float* step(int seq, const int* tokens, int T);
+  // The policy observes the step's attention (if it asked for it); then a round if one is due.
+  void after_forward(int seq, int observed_queries, const std::vector<float>& prob_sums);
   void evict_round(int seq);
 
   const Model& model_;
@@ -79,6 +92,8 @@ class Engine {
   std::vector<std::unique_ptr<EvictionPolicy>> policies_;  // [sequence]
   std::vector<SequenceStats> stats_;                       // [sequence] rounds and bytes moved
   std::vector<float> prob_sums_;                           // eager attention output, reused
+  std::vector<std::vector<float>> batch_prob_sums_;        // [batch item] the same for step_batch
+  size_t bytes_moved_ = 0;
 };
 
 }  // namespace kvscope

@@ -5,6 +5,7 @@
 // does the arithmetic. Three things are asked of it:
 //
 //   forward      run tokens through the model, appending their K/V (model/qwen3.h)
+//   forward_batch  the same for several sequences in one pass (a serving step)
 //   compact      execute a compaction plan the cache made (cache/kv_cache.h)
 //   key_scores   TriAttention's per-head key scores, where the keys are
 //
@@ -33,6 +34,11 @@ class Backend {
   virtual const float* forward(PagedKvCache& cache, int seq, const int* tokens, int T,
                                const ForwardOptions& options = {}) = 0;
 
+  // As forward_batch() in model/qwen3.h: each item's tokens, all in one pass when the
+  // backend can. Returns host memory: [items, vocab], each item's last token's logits.
+  // Refused as a whole (kvscope::Error, nothing changed) when the pool lacks blocks for all.
+  virtual const float* forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) = 0;
+
   // Executes a compaction plan on the stored K/V (as KvStorage::apply); returns the bytes moved.
   virtual size_t compact(const std::vector<Move>& plan) = 0;
 
@@ -51,6 +57,7 @@ class CpuBackend final : public Backend {
   CpuBackend(const Model& model, int num_blocks, int block_size);
   const char* name() const override { return "cpu"; }
   const float* forward(PagedKvCache& cache, int seq, const int* tokens, int T, const ForwardOptions& options) override;
+  const float* forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) override;
   size_t compact(const std::vector<Move>& plan) override { return kv_.apply(plan); }
   void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots) override;
 

@@ -55,6 +55,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 #include "util/simd.h"
 
@@ -63,8 +64,8 @@
 namespace kvscope {
 namespace {
 
-// Below this many weights a product runs on one thread: starting and joining an
-// OpenMP team costs a few microseconds, as long as reading ~256 KiB.
+// Below this many multiply-adds (weights x vectors) a product runs on one thread:
+// starting and joining an OpenMP team costs a few microseconds, as long as reading ~256 KiB.
 constexpr std::size_t kMinParallelWeights = 1u << 16;
 
 // The smallest piece of W handed to a thread at once (see the guided schedule below):
@@ -159,21 +160,18 @@ inline float dot_bf16(const uint16_t* w, const float* x, int cols) {
 #endif
 
 // The driver shared by both weight types: share the rows out among the threads; each
-// thread runs dot() over its rows in order, i.e. one sequential walk through its part of W.
-template <typename T, typename Dot>
-void matvec(const T* W, const float* x, float* y, int rows, int cols, Dot dot) {
-  if (rows <= 0) return;
-  if (cols <= 0) {
-    std::fill(y, y + rows, 0.0f);
-    return;
-  }
-  const std::size_t weights = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
-  const int threads = weights < kMinParallelWeights ? 1 : std::min(omp_get_max_threads(), rows);
+// thread runs row(r) over its rows in order, i.e. one sequential walk through its part
+// of W, using each row for all n vectors of X while it is in L1. `elem` is the size of
+// one weight; n counts towards the work when deciding whether threads are worth it.
+template <typename Row>
+void matvec_rows(int rows, int cols, int n, std::size_t elem, Row row) {
+  if (rows <= 0 || n <= 0) return;
+  const std::size_t work = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * static_cast<std::size_t>(n);
+  const int threads = work < kMinParallelWeights ? 1 : std::min(omp_get_max_threads(), rows);
   // Serially, with no OpenMP region at all: for small products, for one thread (even a
   // one-thread team costs ~1 us to set up), and when called from inside a parallel region.
   if (threads <= 1 || omp_in_parallel()) {
-    const T* w = W;
-    for (int r = 0; r < rows; ++r, w += cols) y[r] = dot(w, x, cols);
+    for (int r = 0; r < rows; ++r) row(r);
     return;
   }
   // Rows are handed out by OpenMP's "guided" schedule: the first thread to ask gets
@@ -182,26 +180,49 @@ void matvec(const T* W, const float* x, float* y, int rows, int cols, Dot dot) {
   // last small chunks go to whichever thread is ahead, and both finish together.
   // (A fixed split into equal halves was 2-5% slower over the whole model: the two
   // cores do not always stream at the same speed, and the faster one then waited.)
-  const int min_chunk = std::max(1, static_cast<int>(kMinChunkBytes / (static_cast<std::size_t>(cols) * sizeof(T))));
+  const int min_chunk = std::max(1, static_cast<int>(kMinChunkBytes / (static_cast<std::size_t>(cols) * elem)));
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for schedule(guided, min_chunk) nowait
-    for (int r = 0; r < rows; ++r) {
-      y[r] = dot(W + static_cast<std::size_t>(r) * static_cast<std::size_t>(cols), x, cols);
-    }
+    for (int r = 0; r < rows; ++r) row(r);
   }
 }
 
 }  // namespace
 
-void matvec_f32(const float* W, const float* x, float* y, int rows, int cols) {
-  // (A lambda rather than the bare function: its type names the function, so the
-  // call inlines into the loop of the OpenMP region instead of going through a pointer.)
-  matvec(W, x, y, rows, cols, [](const float* w, const float* v, int n) { return dot_f32(w, v, n); });
-}
+void matvec_f32(const float* W, const float* x, float* y, int rows, int cols) { matvec_f32_n(W, x, y, rows, cols, 1); }
 
 void matvec_bf16(const uint16_t* W, const float* x, float* y, int rows, int cols) {
-  matvec(W, x, y, rows, cols, [](const uint16_t* w, const float* v, int n) { return dot_bf16(w, v, n); });
+  matvec_bf16_n(W, x, y, rows, cols, 1);
+}
+
+// (Lambdas rather than bare functions: their types name the function, so the call
+// inlines into the loop of the OpenMP region instead of going through a pointer.)
+void matvec_f32_n(const float* W, const float* X, float* Y, int rows, int cols, int n) {
+  const std::size_t in = static_cast<std::size_t>(cols), out = static_cast<std::size_t>(rows);
+  matvec_rows(rows, cols, n, sizeof(float), [&](int r) {
+    const float* w = W + static_cast<std::size_t>(r) * in;
+    for (int i = 0; i < n; ++i) Y[i * out + r] = cols > 0 ? dot_f32(w, X + i * in, cols) : 0.0f;
+  });
+}
+
+void matvec_bf16_n(const uint16_t* W, const float* X, float* Y, int rows, int cols, int n) {
+  const std::size_t in = static_cast<std::size_t>(cols), out = static_cast<std::size_t>(rows);
+  if (n == 1) {
+    matvec_rows(rows, cols, 1, sizeof(uint16_t), [&](int r) {
+      Y[r] = cols > 0 ? dot_bf16(W + static_cast<std::size_t>(r) * in, X, cols) : 0.0f;
+    });
+    return;
+  }
+  // Several vectors: widen the row once (exactly) and run the f32 dot on it, which
+  // does the same multiply-adds in the same order as dot_bf16.
+  matvec_rows(rows, cols, n, sizeof(uint16_t), [&](int r) {
+    thread_local std::vector<float> wide;
+    wide.resize(in);
+    const uint16_t* w = W + static_cast<std::size_t>(r) * in;
+    for (std::size_t c = 0; c < in; ++c) wide[c] = bf16_to_f32(w[c]);
+    for (int i = 0; i < n; ++i) Y[i * out + r] = cols > 0 ? dot_f32(wide.data(), X + i * in, cols) : 0.0f;
+  });
 }
 
 }  // namespace kvscope

@@ -25,4 +25,12 @@ void matvec_f32(const float* W, const float* x, float* y, int rows, int cols);
 // is widened to f32 exactly; x stays f32 (it is never rounded to bf16).
 void matvec_bf16(const uint16_t* W, const float* x, float* y, int rows, int cols);
 
+// The same for n vectors at once (decoding n sequences together):
+//   Y[i*rows + r] = sum_c W[r*cols + c] * X[i*cols + c]      X: [n, cols]  Y: [n, rows]
+// Each row of W is read from memory once and used for all n vectors (it stays in
+// L1 between them), so n sequences cost about one pass over the weights, not n.
+// Every sum is computed exactly as matvec_f32 / matvec_bf16 compute it, to the bit.
+void matvec_f32_n(const float* W, const float* X, float* Y, int rows, int cols, int n);
+void matvec_bf16_n(const uint16_t* W, const float* X, float* Y, int rows, int cols, int n);
+
 }  // namespace kvscope

@@ -61,6 +61,11 @@ void matmul(float* out, const float* x, const Matrix& W, int T) {
   }
 }
 
+void matmul_rows(float* out, const float* x, const Matrix& W, int T) {
+  if (W.dtype == DType::F32) matvec_f32_n(W.f32(), x, out, W.rows, W.cols, T);
+  else matvec_bf16_n(W.bf16(), x, out, W.rows, W.cols, T);
+}
+
 void rope(float* x, int n_heads, int head_dim, int pos, double theta) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {

@@ -21,6 +21,11 @@ void rmsnorm(float* out, const float* x, const float* weight, int rows, int n, f
 // T > 1 is a compute-bound GEMM done by Eigen.
 void matmul(float* out, const float* x, const Matrix& W, int T);
 
+// The same product for T rows that are T separate decode steps: one matrix-vector
+// pass over W for all of them (matvec_f32_n), each row of out exactly, to the bit,
+// what matmul(out_row, x_row, W, 1) gives.            x: [T, W.cols]  out: [T, W.rows]
+void matmul_rows(float* out, const float* x, const Matrix& W, int T);
+
 // Rotary embedding, rotate-half form, in place on one token's heads.
 // Pairs dimension i with i + head_dim/2 and rotates it by pos * theta^(-2i/head_dim).
 //                                                          x: [n_heads, head_dim]

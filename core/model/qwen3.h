@@ -65,4 +65,33 @@ Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const
 const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int seq, RunState& s, const int* tokens,
                      int T, const ForwardOptions& options = {});
 
+// Batching: several sequences in one forward pass.
+//
+// Every item's tokens become rows of one activation matrix [rows, hidden]; only
+// RoPE, the K/V writes and attention go item by item, each through its own block
+// table at its own positions. A decoding sequence gives one row, a prefilling one
+// a chunk of its prompt. The decode rows share one matrix-vector pass over each
+// weight matrix (model/matvec.h: each weight row read once for all of them); a
+// prefill chunk is a GEMM of its own, as it would be alone.
+struct BatchItem {
+  int seq = -1;
+  std::vector<int> tokens;                      // [T] its new tokens
+  AttentionPath attention = AttentionPath::Flash;
+  int sum_from = 0;                             // eager only, as in ForwardOptions
+  std::vector<float>* prob_sums = nullptr;      // [num_layers, n_heads, its table blocks * block_size]
+};
+
+// Checks every item as place_tokens does, that no sequence comes twice, and that
+// the pool has the blocks for all of them together: kvscope::Error otherwise
+// ("block pool exhausted: the batch ..."). Changes nothing.
+void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vector<BatchItem>& items);
+// check_batch, then places every item in order: one Placement per item.
+std::vector<Placement> place_batch(const ModelConfig& c, PagedKvCache& cache, const std::vector<BatchItem>& items);
+
+// Runs the items in one pass. Returns the logits of each item's last token:
+// [items, vocab]. Each sequence gets exactly the logits it would get alone, the
+// same sums in the same order (tests/serve_test.cpp, Batch.*).
+const float* forward_batch(const Model& model, PagedKvCache& cache, KvStorage& kv, RunState& s,
+                           const std::vector<BatchItem>& items);
+
 }  // namespace kvscope

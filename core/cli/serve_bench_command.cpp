@@ -1,0 +1,234 @@
+// kvscope serve-bench: many requests, one pool, under each memory strategy.
+//
+//   kvscope serve-bench [--model DIR | --config FILE [--layers N]] [--blocks N] [--requests N]
+//                       [--prompt-len N] [--output-len N] [--policy h2o] [--budget 64]
+//                       [--strategies none,holes,reuse,compact] [--json FILE]
+//
+// Prompts are slices of the model folder's held-out text (--text), or random token
+// ids when there is none. --config builds a model of that shape with random bf16
+// weights (as `kvscope bench decode` does): one whose weights, not its per-token
+// work, set the cost of a step. Every strategy serves the same requests through a pool of
+// --blocks blocks; the table says how many sequences ran at once, how fast, how
+// often a request was preempted, and what compaction moved. --json writes the
+// numbers and the blocks in use after every step (core/serve/plot_serve.py draws them).
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/bench_util.h"
+#include "cache/trace.h"
+#include "cli/commands.h"
+#include "evict/policy.h"
+#include "model/weights.h"
+#include "serve/serve_bench.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+#include "util/file.h"
+#include "util/splitmix64.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+const std::string kBundled = std::string(KVSCOPE_ASSETS_DIR) + "/model";
+
+struct ServeBenchArgs {
+  std::string model_dir = kBundled;
+  std::string text;  // default: MODEL/heldout.txt when there is one
+  std::string config;  // a config.json: random weights of its shape instead of --model
+  int layers = 0;      // with --config: keep only this many layers (0 = all)
+  int blocks = 96;
+  int block_size = 16;
+  int requests = 32;
+  int prompt_len = 256;
+  int output_len = 256;
+  int chunk = 64;
+  std::string policy = "h2o";
+  int budget = 64;
+  int slack = 32;
+  int sinks = 4;
+  int recent = 32;
+  std::vector<std::string> strategies = {"none", "holes", "reuse", "compact"};
+  std::string calibration;
+  std::string json;
+  std::string trace;  // the events of the last strategy's run
+  uint64_t seed = 1;
+  int threads = 0;
+};
+
+// The flags that need no model, checked before loading one.
+void check_args(const ServeBenchArgs& a) {
+  if (a.blocks < 1) throw Error("--blocks must be >= 1, got " + std::to_string(a.blocks));
+  check_block_size(a.block_size);
+  if (a.requests < 1) throw Error("--requests must be >= 1, got " + std::to_string(a.requests));
+  if (a.prompt_len < 1) throw Error("--prompt-len must be >= 1, got " + std::to_string(a.prompt_len));
+  if (a.output_len < 1) throw Error("--output-len must be >= 1, got " + std::to_string(a.output_len));
+  if (a.chunk < 1) throw Error("--chunk must be >= 1, got " + std::to_string(a.chunk));
+  if (a.strategies.empty()) throw Error("--strategies: name at least one of none, holes, reuse, compact");
+  for (const std::string& s : a.strategies)
+    if (s != "none") parse_strategy(s);  // "unknown memory strategy ..."
+  EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
+}
+
+// Request i's prompt: `len` tokens of the text from offset i * len (wrapping), or
+// random ids below `vocab` when there is no text.
+std::vector<std::vector<int>> make_prompts(const std::vector<int>& text, int n, int len, int vocab, uint64_t seed) {
+  std::vector<std::vector<int>> prompts(static_cast<size_t>(n));
+  SplitMix64 rng(seed);
+  for (int i = 0; i < n; ++i) {
+    for (int t = 0; t < len; ++t) {
+      const size_t at = (size_t(i) * len + t) % (text.empty() ? 1 : text.size());
+      prompts[i].push_back(text.empty() ? int(rng.next() % uint64_t(vocab)) : text[at]);
+    }
+  }
+  return prompts;
+}
+
+nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ServeRun& r : runs)
+    rows.push_back({{"strategy", r.strategy}, {"peak_running", r.stats.peak_running}, {"mean_running", r.mean_running()},
+                    {"tokens_per_second", r.tokens_per_second()}, {"preemptions", r.stats.preemptions},
+                    {"recomputed_tokens", r.stats.recomputed_tokens}, {"generated_tokens", r.stats.generated_tokens},
+                    {"bytes_moved", r.stats.bytes_moved}, {"steps", r.stats.steps}, {"finished", r.finished},
+                    {"seconds", r.seconds}, {"blocks_in_use", r.stats.blocks_in_use}, {"running", r.stats.running}});
+  return {{"blocks", a.blocks},         {"block_size", a.block_size}, {"requests", a.requests},
+          {"prompt_len", a.prompt_len}, {"output_len", a.output_len}, {"chunk", a.chunk},
+          {"policy", a.policy},         {"budget", a.budget},         {"slack", a.slack},
+          {"runs", rows}};
+}
+
+void run_serve_bench(const ServeBenchArgs& a) {
+  set_threads(a.threads);
+  check_args(a);
+  if (a.layers < 0) throw Error("--layers must be >= 0, got " + std::to_string(a.layers));
+  const bool random = !a.config.empty();
+  if (!random && a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
+    throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  const Model model = [&] {
+    if (!random) return load_model(a.model_dir);
+    ModelConfig shape = load_config_file(a.config);
+    if (a.layers > 0) shape.num_layers = std::min(shape.num_layers, a.layers);
+    std::fprintf(stderr, "building a random bf16 model of %s's shape (%d layers)...\n", a.config.c_str(), shape.num_layers);
+    return random_model(shape, DType::BF16, a.seed);
+  }();
+  print_warnings(model.warnings);
+  const ModelConfig& c = model.config;
+  const std::string model_name =
+      random ? shown_path(a.config) + " (" + std::to_string(c.num_layers) + " layers, " +
+                   std::to_string(c.parameter_count() / 1000000) + "M parameters, random bf16 weights)"
+             : shown_path(a.model_dir);
+
+  std::string text = random ? "" : a.text;
+  if (!random && text.empty() && file_exists(a.model_dir + "/heldout.txt")) text = a.model_dir + "/heldout.txt";
+  std::vector<int> text_ids;
+  if (!text.empty()) text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_file(text));
+  if (!text.empty() && text_ids.empty()) throw file_error(text, "has no tokens");
+  const std::vector<std::vector<int>> prompts = make_prompts(text_ids, a.requests, a.prompt_len, c.vocab_size, a.seed);
+
+  EngineConfig evicting;
+  evicting.num_blocks = a.blocks;
+  evicting.block_size = a.block_size;
+  evicting.schedule = {a.budget, a.slack, a.sinks, a.recent};
+  std::string calibration = a.calibration;
+  if (calibration.empty() && !random && file_exists(a.model_dir + "/triattention-calibration.json"))
+    calibration = a.model_dir + "/triattention-calibration.json";
+  evicting.policy = policy_factory(a.policy, a.seed, calibration, c);
+  ServeConfig serve;
+  serve.chunk = a.chunk;
+
+  const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
+  const int full_blocks = (a.prompt_len + a.output_len - 1 + a.block_size - 1) / a.block_size;
+  std::printf("kvscope serve-bench: %s, %d requests of %d prompt + %d new tokens (prompts: %s), greedy\n",
+              model_name.c_str(), a.requests, a.prompt_len, a.output_len,
+              text.empty() ? "random token ids" : shown_path(text).c_str());
+  std::printf("pool: %d blocks of %d tokens (%.2f MB of K/V); a request's whole context takes %d blocks, so %d fit "
+              "without eviction\n",
+              a.blocks, a.block_size, double(a.blocks) * block_bytes / 1e6, full_blocks, a.blocks / full_blocks);
+  std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
+              "prefill in chunks of %d\n",
+              a.policy.c_str(), a.budget, a.slack, a.sinks, a.recent, a.chunk);
+  const int threads = omp_get_max_threads();
+  std::printf("machine: %s, %d thread%s\n\n", cpu_name().c_str(), threads, threads == 1 ? "" : "s");
+  std::fflush(stdout);
+
+  const bool bar = isatty(STDERR_FILENO);  // a progress bar for people, not for logs
+  std::vector<ServeRun> runs;
+  EventLog events;
+  for (const std::string& strategy : a.strategies) {
+    const bool record = !a.trace.empty() && &strategy == &a.strategies.back();
+    const auto t0 = std::chrono::steady_clock::now();
+    runs.push_back(serve_requests(model, strategy, evicting, serve, prompts, a.output_len, [&](int done, int total) {
+      if (!bar) return;
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const int width = 30, filled = width * done / total;
+      std::fprintf(stderr, "\rserve-bench %-7s [%s%s] %d/%d requests, %.0f s", strategy.c_str(),
+                   std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done,
+                   total, dt);
+      std::fflush(stderr);
+    }, record ? &events : nullptr));
+    if (bar) std::fputc('\n', stderr);
+  }
+  std::fputs(markdown_table(runs).c_str(), stdout);
+  std::printf("\ntokens/s counts generated tokens over the wall time of the run; blocks in use are counted after every "
+              "step; recomputed tokens went through the model again after a preemption.\n");
+  if (!a.json.empty()) {
+    std::ofstream out(a.json);
+    out << to_json(a, runs).dump(1) << "\n";
+    if (!out) throw file_error(a.json, "cannot write");
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+  if (!a.trace.empty()) {
+    const std::string& last = a.strategies.back();
+    const TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
+                             {{"source", "serve-bench"}, {"model", a.model_dir}, {"policy", last == "none" ? "none" : a.policy},
+                              {"budget", std::to_string(last == "none" ? 0 : a.budget)},
+                              {"requests", std::to_string(a.requests)}}};
+    write_trace(a.trace, header, events);
+    std::printf("trace: %zu events of the %s run written to %s\n", events.size(), last.c_str(), a.trace.c_str());
+  }
+}
+
+}  // namespace
+
+void add_serve_bench_command(CLI::App& app) {
+  auto args = std::make_shared<ServeBenchArgs>();
+  ServeBenchArgs& a = *args;
+  CLI::App* cmd = app.add_subcommand("serve-bench", "Many requests through one KV pool under each memory strategy: "
+                                                     "concurrency, tokens/s, preemptions");
+  cmd->add_option("--model", a.model_dir, "Hugging Face model folder")->capture_default_str();
+  cmd->add_option("--config", a.config, "A config.json: serve a model of its shape with random bf16 weights instead");
+  cmd->add_option("--layers", a.layers, "With --config: keep only the first N layers (0 = all)")->capture_default_str();
+  cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt; none: random ids)");
+  cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str();
+  cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str();
+  cmd->add_option("--requests", a.requests, "Number of requests")->capture_default_str();
+  cmd->add_option("--prompt-len", a.prompt_len, "Prompt tokens per request")->capture_default_str();
+  cmd->add_option("--output-len", a.output_len, "New tokens per request (greedy)")->capture_default_str();
+  cmd->add_option("--chunk", a.chunk, "Prefill tokens per step of a request being admitted")->capture_default_str();
+  cmd->add_option("--policy", a.policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
+  cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")->capture_default_str();
+  cmd->add_option("--slack", a.slack, "A round starts when a sequence's live tokens reach budget + slack")
+      ->capture_default_str();
+  cmd->add_option("--sinks", a.sinks, "First tokens never evicted")->capture_default_str();
+  cmd->add_option("--recent", a.recent, "Newest tokens never evicted")->capture_default_str();
+  cmd->add_option("--strategies", a.strategies, "Runs: none (no eviction), holes, reuse, compact")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
+  cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file");
+  cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id)");
+  cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")->capture_default_str();
+  cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->callback([args] { run_serve_bench(*args); });
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,154 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "sample/sampler.h"
+#include "util/error.h"
+
+namespace kvscope {
+
+Scheduler::Scheduler(Engine& engine, const ServeConfig& config) : engine_(engine), config_(config) {
+  if (config_.chunk < 1) throw Error("scheduler: the prefill chunk must be >= 1 token, got " + std::to_string(config_.chunk));
+}
+
+int Scheduler::blocks_for(int tokens) const {
+  const int bs = engine_.cache().block_size();
+  return (tokens + bs - 1) / bs;
+}
+
+// The most tokens a sequence of `context` tokens holds at once: all but the last
+// (sampled, never fed) with no eviction; with eviction, a round prunes it to the
+// budget as soon as it reaches budget + slack, so at most budget + slack - 1 plus
+// one step's tokens, if compaction gives every emptied slot back.
+static int max_live(const EvictionSchedule& s, int context, int chunk) {
+  return s.enabled() ? std::min(context, s.budget + s.slack - 1 + chunk) : context;
+}
+
+int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {
+  const ModelConfig& c = engine_.model().config;
+  const std::string what = "request " + std::to_string(requests_.size()) + ": ";
+  if (prompt.empty()) throw Error(what + "the prompt has no tokens");
+  if (max_new_tokens < 1) throw Error(what + "it must ask for at least 1 new token, got " + std::to_string(max_new_tokens));
+  for (int t : prompt)
+    if (t < 0 || t >= c.vocab_size)
+      throw Error(what + "token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  const int context = int(prompt.size()) + max_new_tokens - 1;  // the last new token is never fed
+  if (context > c.max_position_embeddings)
+    throw Error(what + std::to_string(prompt.size()) + " prompt + " + std::to_string(max_new_tokens) +
+                " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
+  const int at_least = blocks_for(max_live(engine_.config().schedule, context, config_.chunk));
+  if (at_least > engine_.cache().num_blocks())
+    throw Error(what + std::to_string(prompt.size()) + " prompt + " + std::to_string(max_new_tokens) +
+                " new tokens need at least " + std::to_string(at_least) + " blocks of " +
+                std::to_string(engine_.cache().block_size()) + " at once, and the pool has only " +
+                std::to_string(engine_.cache().num_blocks()) + ": it could never run");
+  Request r;
+  r.prompt = prompt;
+  r.max_new_tokens = max_new_tokens;
+  requests_.push_back(std::move(r));
+  waiting_.push_back(int(requests_.size()) - 1);
+  return int(requests_.size()) - 1;
+}
+
+void Scheduler::admit() {
+  const PagedKvCache& cache = engine_.cache();
+  while (!waiting_.empty()) {
+    int64_t running_need = 0;  // blocks the running requests take in this step
+    for (int id : running_) {
+      const Request& q = requests_[id];
+      if (q.context() - q.fed > 1) return;  // one prefill at a time, so the others never wait long
+      running_need += cache.blocks_needed(q.seq, 1);
+    }
+    Request& r = requests_[waiting_.front()];
+    const int need = std::max(r.need, blocks_for(max_live(engine_.config().schedule, r.context(), config_.chunk)));
+    if (!running_.empty() && cache.pool().num_free() - running_need < need) return;
+    r.seq = engine_.add_sequence();
+    r.seqs.push_back(r.seq);
+    r.fed = 0;
+    running_.push_back(waiting_.front());
+    waiting_.pop_front();
+  }
+}
+
+std::vector<BatchItem> Scheduler::batch() const {
+  std::vector<BatchItem> items;
+  for (int id : running_) {
+    const Request& r = requests_[id];
+    const int T = std::min(r.context() - r.fed, config_.chunk);
+    BatchItem it;
+    it.seq = r.seq;
+    for (int i = r.fed; i < r.fed + T; ++i) it.tokens.push_back(r.token(i));
+    items.push_back(std::move(it));
+  }
+  return items;
+}
+
+void Scheduler::preempt(int id) {
+  Request& r = requests_[id];
+  // It waits until the pool has the blocks it held and those its refused step asked for.
+  const int held = int(engine_.cache().sequence(r.seq).blocks.size());
+  const int asked = int(engine_.cache().blocks_needed(r.seq, std::min(r.context() - r.fed, config_.chunk)));
+  r.need = held + asked;
+  engine_.release_sequence(r.seq);
+  stats_.recomputed_tokens += r.fed;  // all of it goes through the model again
+  r.seq = -1;
+  r.fed = 0;
+  ++r.preemptions;
+  ++stats_.preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  waiting_.push_front(id);
+}
+
+void Scheduler::finish(int id) {
+  Request& r = requests_[id];
+  engine_.release_sequence(r.seq);
+  r.seq = -1;
+  r.finished = true;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+}
+
+bool Scheduler::step() {
+  if (running_.empty() && waiting_.empty()) return false;
+  admit();
+  const PagedKvCache& cache = engine_.cache();
+  std::vector<BatchItem> items = batch();
+  for (;;) {
+    int64_t blocks = 0;
+    for (const BatchItem& it : items) blocks += cache.blocks_needed(it.seq, int64_t(it.tokens.size()));
+    if (blocks <= cache.pool().num_free()) break;
+    if (running_.size() == 1)
+      throw Error("request " + std::to_string(running_[0]) + " alone needs " + std::to_string(blocks) +
+                  " more blocks for its next " + std::to_string(items[0].tokens.size()) + " tokens, and the pool of " +
+                  std::to_string(cache.num_blocks()) + " blocks has " + std::to_string(cache.pool().num_free()) +
+                  " free with nothing left to preempt (memory strategy " + strategy_name(cache.strategy()) + ")");
+    preempt(running_.back());
+    items = batch();
+  }
+
+  const std::vector<int> ids = running_;  // finish() edits running_ below
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (requests_[ids[i]].context() - requests_[ids[i]].fed > 1)  // prefilling, not decoding
+      stats_.prefill_tokens += int64_t(items[i].tokens.size());
+  const float* logits = engine_.step_batch(items);
+
+  const int vocab = engine_.model().config.vocab_size;
+  const int limit = config_.vocab_limit > 0 ? std::min(config_.vocab_limit, vocab) : vocab;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Request& r = requests_[ids[i]];
+    r.fed += int(items[i].tokens.size());
+    if (r.fed < r.context()) continue;  // a prefill chunk that is not the last
+    r.output.push_back(argmax(logits + i * size_t(vocab), limit));
+    ++stats_.generated_tokens;
+    if (int(r.output.size()) == r.max_new_tokens) finish(ids[i]);
+  }
+
+  ++stats_.steps;
+  stats_.peak_running = std::max(stats_.peak_running, int(items.size()));
+  stats_.running.push_back(int(items.size()));
+  stats_.blocks_in_use.push_back(cache.pool().num_used());
+  stats_.bytes_moved = engine_.bytes_moved();
+  return !(running_.empty() && waiting_.empty());
+}
+
+}  // namespace kvscope

@@ -1,0 +1,77 @@
+#include "serve/serve_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+
+#include "util/error.h"
+
+namespace kvscope {
+
+static double mean(const std::vector<int>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+double ServeRun::mean_running() const { return mean(stats.running); }
+double ServeRun::mean_blocks_in_use() const { return mean(stats.blocks_in_use); }
+
+int ServeRun::peak_blocks_in_use() const {
+  const std::vector<int>& b = stats.blocks_in_use;
+  return b.empty() ? 0 : *std::max_element(b.begin(), b.end());
+}
+
+EngineConfig engine_for_strategy(const std::string& strategy, const EngineConfig& evicting) {
+  EngineConfig c = evicting;
+  if (strategy == "none") {
+    c.schedule.budget = 0;
+    c.strategy = MemoryStrategy::HolesOnly;  // nothing is evicted, so no strategy acts
+    return c;
+  }
+  c.strategy = parse_strategy(strategy);
+  if (!c.schedule.enabled()) throw Error("strategy " + strategy + " needs an eviction budget > 0");
+  return c;
+}
+
+ServeRun serve_requests(const Model& model, const std::string& strategy, const EngineConfig& evicting,
+                        const ServeConfig& serve, const std::vector<std::vector<int>>& prompts, int new_tokens,
+                        const std::function<void(int, int)>& progress, EventLog* events) {
+  Engine engine(model, engine_for_strategy(strategy, evicting), events);
+  Scheduler scheduler(engine, serve);
+  for (const std::vector<int>& p : prompts) scheduler.submit(p, new_tokens);
+
+  ServeRun run;
+  run.strategy = strategy;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto finished = [&] {
+    int n = 0;
+    for (int i = 0; i < scheduler.num_requests(); ++i) n += scheduler.request(i).finished;
+    return n;
+  };
+  while (scheduler.step())
+    if (progress) progress(finished(), scheduler.num_requests());
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.stats = scheduler.stats();
+  run.finished = finished();
+  for (int i = 0; i < scheduler.num_requests(); ++i) run.requests.push_back(scheduler.request(i));
+  if (progress) progress(run.finished, scheduler.num_requests());
+  return run;
+}
+
+std::string markdown_table(const std::vector<ServeRun>& runs) {
+  std::string out =
+      "| strategy | peak concurrent sequences | mean concurrent sequences | tokens/s | preemptions | recomputed tokens | blocks in use, mean (peak) "
+      "| bytes moved by compaction | steps | finished | wall time |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  char line[512];
+  for (const ServeRun& r : runs) {
+    std::snprintf(line, sizeof line, "| %s | %d | %.1f | %.0f | %d | %lld | %.1f (%d) | %.2f MB | %d | %d | %.1f s |\n",
+                  r.strategy.c_str(), r.stats.peak_running, r.mean_running(), r.tokens_per_second(), r.stats.preemptions,
+                  (long long)r.stats.recomputed_tokens, r.mean_blocks_in_use(), r.peak_blocks_in_use(),
+                  r.stats.bytes_moved / 1e6, r.stats.steps, r.finished, r.seconds);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,423 @@
+// Many requests, one pool: batched forward passes, the scheduler, preemption, serve-bench.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cache/invariants.h"
+#include "cache/trace.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "model/weights.h"
+#include "run_kvscope.h"
+#include "serve/scheduler.h"
+#include "serve/serve_bench.h"
+#include "test_paths.h"
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+namespace {
+
+std::vector<int> tokens(int n, int salt) {
+  std::vector<int> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + salt * 101 + 11) % 300);
+  return t;
+}
+
+EngineConfig config(MemoryStrategy strategy, const std::string& policy, int budget, int num_blocks = 128) {
+  EngineConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = 4;
+  c.strategy = strategy;
+  c.schedule = {budget, /*slack=*/6, /*sinks=*/2, /*recent=*/5};
+  if (budget > 0) c.policy = [policy] { return make_policy(policy, 1); };
+  return c;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+// One sequence's script: its prompt in chunks, then one token per step.
+struct Script {
+  int start;                              // the batched step it joins at
+  std::vector<std::vector<int>> pieces;   // what it feeds at each of its steps
+};
+
+Script script(int start, int prompt_len, int chunk, int decode_steps, int salt) {
+  Script s{start, {}};
+  const std::vector<int> prompt = tokens(prompt_len, salt);
+  for (int i = 0; i < prompt_len; i += chunk)
+    s.pieces.emplace_back(prompt.begin() + i, prompt.begin() + std::min(prompt_len, i + chunk));
+  for (int t : tokens(decode_steps, salt + 7)) s.pieces.push_back({t});
+  return s;
+}
+
+// Runs the scripts together, one step_batch per step: the logits after each piece. [script][piece][vocab]
+std::vector<std::vector<std::vector<float>>> run_batched(const Model& m, const EngineConfig& c,
+                                                         const std::vector<Script>& scripts) {
+  Engine e(m, c);
+  const int vocab = m.config.vocab_size;
+  std::vector<int> seq;
+  for (size_t i = 0; i < scripts.size(); ++i) seq.push_back(e.add_sequence());
+  std::vector<std::vector<std::vector<float>>> out(scripts.size());
+  for (int step = 0;; ++step) {
+    std::vector<BatchItem> items;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < scripts.size(); ++i) {
+      const int k = step - scripts[i].start;
+      if (k < 0 || k >= int(scripts[i].pieces.size())) continue;
+      BatchItem it;
+      it.seq = seq[i];
+      it.tokens = scripts[i].pieces[size_t(k)];
+      items.push_back(it);
+      who.push_back(i);
+    }
+    if (items.empty() && step > 0) break;
+    if (items.empty()) continue;
+    const float* logits = e.step_batch(items);
+    for (size_t j = 0; j < who.size(); ++j) out[who[j]].emplace_back(logits + j * vocab, logits + (j + 1) * vocab);
+  }
+  check_invariants(e.cache());
+  return out;
+}
+
+// The same script alone in its own engine, through prefill() and decode(): the logits after each piece.
+std::vector<std::vector<float>> run_alone(const Model& m, const EngineConfig& c, const Script& s) {
+  Engine e(m, c);
+  const int seq = e.add_sequence();
+  std::vector<std::vector<float>> out;
+  for (const std::vector<int>& piece : s.pieces) {
+    const float* logits = piece.size() == 1 ? e.decode(seq, piece[0]) : e.prefill(seq, piece);
+    out.emplace_back(logits, logits + m.config.vocab_size);
+  }
+  return out;
+}
+
+TEST(Batch, EachSequenceGetsTheLogitsItWouldGetAlone) {
+  // Three sequences of different lengths, joining at different steps, prefilling
+  // in chunks of 4 while the others decode. Only the rows are stacked: the logits
+  // must be those of each sequence run by itself (GEMM instead of GEMV changes the
+  // order of float sums, hence a tolerance).
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  const std::vector<Script> scripts = {script(0, 13, 4, 20, 1), script(2, 5, 4, 20, 2), script(3, 22, 4, 20, 3)};
+  struct Case {
+    MemoryStrategy strategy;
+    const char* policy;
+    int budget;
+  };
+  // Eviction rounds run after the same pieces in both runs, so the same tokens are kept.
+  for (const Case& k : {Case{MemoryStrategy::HolesOnly, "", 0}, Case{MemoryStrategy::Compact, "streaming", 12},
+                        Case{MemoryStrategy::Compact, "h2o", 12}, Case{MemoryStrategy::ReuseHoles, "h2o", 12}}) {
+    const EngineConfig c = config(k.strategy, k.policy, k.budget);
+    const auto batched = run_batched(m, c, scripts);
+    float worst = 0;
+    for (size_t i = 0; i < scripts.size(); ++i) {
+      const auto alone = run_alone(m, c, scripts[i]);
+      ASSERT_EQ(batched[i].size(), alone.size());
+      for (size_t p = 0; p < alone.size(); ++p) {
+        const float diff = max_abs_diff(batched[i][p], alone[p]);
+        EXPECT_LE(diff, 1e-5f) << strategy_name(k.strategy) << " " << k.policy << ": sequence " << i << ", piece " << p;
+        worst = std::max(worst, diff);
+      }
+    }
+    std::printf("%s %s: max |batched - alone| = %g\n", strategy_name(k.strategy), k.policy, worst);
+  }
+}
+
+TEST(Batch, DecodingTogetherMatchesAWholePromptPrefillAndDecodeAlone) {
+  // No eviction: one prefill of the whole prompt and decode steps, alone, against
+  // chunked prefill and decode inside a batch of three.
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  const std::vector<Script> scripts = {script(0, 9, 3, 16, 4), script(1, 17, 5, 16, 5), script(1, 2, 2, 16, 6)};
+  const EngineConfig c = config(MemoryStrategy::HolesOnly, "", 0);
+  const auto batched = run_batched(m, c, scripts);
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    Script whole{0, {}};
+    std::vector<int> prompt;
+    size_t k = 0;
+    for (; k < scripts[i].pieces.size() && scripts[i].pieces[k].size() > 1; ++k)
+      prompt.insert(prompt.end(), scripts[i].pieces[k].begin(), scripts[i].pieces[k].end());
+    whole.pieces.push_back(prompt);
+    for (; k < scripts[i].pieces.size(); ++k) whole.pieces.push_back(scripts[i].pieces[k]);
+    const auto alone = run_alone(m, c, whole);
+    const size_t prompt_pieces = scripts[i].pieces.size() - (whole.pieces.size() - 1);
+    // The logits after the prompt, then after each decoded token.
+    EXPECT_LE(max_abs_diff(batched[i][prompt_pieces - 1], alone[0]), 1e-5f) << "sequence " << i;
+    for (size_t p = 1; p < alone.size(); ++p)
+      EXPECT_LE(max_abs_diff(batched[i][prompt_pieces - 1 + p], alone[p]), 1e-5f) << "sequence " << i << ", step " << p;
+  }
+}
+
+TEST(Batch, ARefusedBatchChangesNothing) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::HolesOnly, "", 0, /*num_blocks=*/4));
+  const int a = e.add_sequence(), b = e.add_sequence();
+  e.prefill(a, tokens(6, 1));  // 2 blocks of 4, 2 free
+  e.prefill(b, tokens(3, 2));  // 1 block, 1 free
+  const auto live_a = e.cache().live_positions(a), live_b = e.cache().live_positions(b);
+  // a needs 2 more blocks for 5 tokens (2 fit in its tail), b none for 1: 2 > 1 free.
+  try {
+    e.step_batch({BatchItem{a, tokens(7, 3)}, BatchItem{b, {5}}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(),
+                 "block pool exhausted: the batch of 2 sequences needs 2 more blocks, the pool has 1 free; "
+                 "the step is refused and no sequence is changed");
+  }
+  EXPECT_EQ(e.cache().live_positions(a), live_a);
+  EXPECT_EQ(e.cache().live_positions(b), live_b);
+  EXPECT_EQ(e.cache().pool().num_free(), 1);
+  try {
+    e.step_batch({BatchItem{a, {1}}, BatchItem{a, {2}}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(), "forward: sequence 0 comes twice in one batch");
+  }
+  EXPECT_THROW(e.step_batch({BatchItem{b, {1}}, BatchItem{a, {100000}}}), Error);  // a bad token id
+  EXPECT_EQ(e.cache().live_positions(b), live_b);
+  check_invariants(e.cache());
+  // What fits runs.
+  e.step_batch({BatchItem{a, {1, 2}}, BatchItem{b, {5}}});
+  EXPECT_EQ(e.cache().sequence(a).live, 8);
+  EXPECT_EQ(e.cache().sequence(b).live, 4);
+}
+
+// Serves the requests to the end; their greedy outputs.
+std::vector<std::vector<int>> serve(const Model& m, const EngineConfig& c, const std::vector<std::vector<int>>& prompts,
+                                    int n, int chunk, ServeStats* stats = nullptr) {
+  Engine e(m, c);
+  Scheduler s(e, {chunk, 0});
+  for (const auto& p : prompts) s.submit(p, n);
+  int steps = 0;
+  while (s.step()) {
+    check_invariants(e.cache());
+    EXPECT_LT(++steps, 100000) << "no progress";
+    if (steps >= 100000) break;
+  }
+  std::vector<std::vector<int>> out;
+  for (int i = 0; i < s.num_requests(); ++i) {
+    EXPECT_TRUE(s.request(i).finished) << "request " << i;
+    EXPECT_EQ(int(s.request(i).output.size()), n) << "request " << i;
+    out.push_back(s.request(i).output);
+  }
+  // Nothing is left behind: every block is back in the pool.
+  EXPECT_EQ(e.cache().pool().num_free(), e.cache().num_blocks());
+  EXPECT_EQ(s.num_running() + s.num_waiting(), 0);
+  if (stats) *stats = s.stats();
+  return out;
+}
+
+std::vector<std::vector<int>> prompts(int n, int len) {
+  std::vector<std::vector<int>> p;
+  for (int i = 0; i < n; ++i) p.push_back(tokens(len + i % 3, i + 1));
+  return p;
+}
+
+TEST(Scheduler, PreemptedRequestsFinishWithTheSameGreedyOutput) {
+  // No eviction. With room for all, nobody is preempted; with a pool that holds
+  // two or three requests, the newest are preempted again and again and recompute
+  // their prompt and output. Greedy decoding must produce the same tokens.
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  const auto ps = prompts(6, 10);
+  ServeStats roomy, tight;
+  const auto a = serve(m, config(MemoryStrategy::HolesOnly, "", 0, /*num_blocks=*/200), ps, 30, 4, &roomy);
+  const auto b = serve(m, config(MemoryStrategy::HolesOnly, "", 0, /*num_blocks=*/24), ps, 30, 4, &tight);
+  EXPECT_EQ(roomy.preemptions, 0);
+  EXPECT_EQ(roomy.peak_running, 6);
+  EXPECT_GT(tight.preemptions, 0);
+  EXPECT_GT(tight.recomputed_tokens, 0);
+  EXPECT_LT(tight.peak_running, 6);
+  EXPECT_EQ(a, b);
+  // And the same as generate(), one request at a time with no batching at all.
+  for (size_t i = 0; i < ps.size(); ++i) {
+    GenerateOptions g;
+    g.max_new_tokens = 30;
+    g.sampler.temperature = 0;
+    g.engine.block_size = 4;
+    std::vector<int> out;
+    generate(m, ps[i], g, [&](int t) { out.push_back(t); });
+    EXPECT_EQ(out, a[i]) << "request " << i;
+  }
+}
+
+TEST(Scheduler, EveryRequestFinishesUnderEveryStrategy) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  const auto ps = prompts(8, 12);
+  for (MemoryStrategy st : {MemoryStrategy::HolesOnly, MemoryStrategy::ReuseHoles, MemoryStrategy::Compact}) {
+    ServeStats s;
+    serve(m, config(st, "h2o", 12, /*num_blocks=*/20), ps, 40, 4, &s);
+    EXPECT_EQ(s.generated_tokens, 8 * 40) << strategy_name(st);
+    EXPECT_EQ(s.bytes_moved > 0, st == MemoryStrategy::Compact) << strategy_name(st);
+  }
+}
+
+TEST(Scheduler, CompactionRunsMoreSequencesAtOnceThanHolesOnly) {
+  // Random eviction scatters the survivors: under holes only few blocks empty and
+  // a sequence holds nearly its whole context; compaction gives the emptied slots
+  // back as whole blocks, so the same pool holds more sequences at once.
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  const auto ps = prompts(12, 16);
+  ServeStats none, holes, compact;
+  serve(m, config(MemoryStrategy::HolesOnly, "", 0, 48), ps, 80, 8, &none);
+  serve(m, config(MemoryStrategy::HolesOnly, "random", 12, 48), ps, 80, 8, &holes);
+  serve(m, config(MemoryStrategy::Compact, "random", 12, 48), ps, 80, 8, &compact);
+  const auto mean = [](const std::vector<int>& v) { return double(std::accumulate(v.begin(), v.end(), 0)) / v.size(); };
+  EXPECT_GT(compact.peak_running, holes.peak_running);
+  EXPECT_GT(mean(compact.running), mean(holes.running));
+  EXPECT_GT(mean(holes.running), mean(none.running));
+  EXPECT_LT(compact.steps, holes.steps);  // the same tokens in fewer, wider steps
+  EXPECT_LT(holes.steps, none.steps);
+  EXPECT_GT(compact.bytes_moved, 0u);
+  EXPECT_EQ(holes.bytes_moved, 0u);
+}
+
+TEST(Scheduler, RefusesARequestThatCouldNeverFit) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::HolesOnly, "", 0, /*num_blocks=*/4));  // 16 tokens
+  Scheduler s(e, {4, 0});
+  try {
+    s.submit(tokens(10, 1), 8);  // 17 tokens in the cache at the end
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(), "request 0: 10 prompt + 8 new tokens need at least 5 blocks of 4 at once, and the pool "
+                             "has only 4: it could never run");
+  }
+  EXPECT_THROW(s.submit({}, 4), Error);
+  EXPECT_THROW(s.submit(tokens(3, 1), 0), Error);
+  EXPECT_THROW(s.submit({1, 2, 100000}, 1), Error);
+  EXPECT_EQ(s.num_waiting(), 0);
+  s.submit(tokens(10, 1), 7);  // exactly 16
+  s.run();
+  EXPECT_EQ(s.request(0).output.size(), 7u);
+  EXPECT_THROW(Scheduler(e, {0, 0}), Error);
+}
+
+TEST(Scheduler, ALoneRequestThatOutgrowsThePoolIsAnErrorNotAHang) {
+  // Eviction keeps 16 tokens, which compaction would hold in 6 blocks of 4; but
+  // holes only with random eviction leaves survivors scattered over ever more
+  // blocks. Alone in the pool, with nobody to preempt, the run stops with an error.
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::HolesOnly, "random", 16, /*num_blocks=*/8));
+  Scheduler s(e, {4, 0});
+  s.submit(tokens(8, 1), 300);
+  try {
+    s.run();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    const std::string what = err.what();
+    EXPECT_EQ(what.rfind("request 0 alone needs 1 more blocks for its next 1 tokens, and the pool of 8 blocks has 0 free", 0), 0u)
+        << what;
+    EXPECT_NE(what.find("with nothing left to preempt (memory strategy holes)"), std::string::npos) << what;
+  }
+  EXPECT_GT(s.request(0).output.size(), 8u);  // it ran a while first
+  EXPECT_LT(s.request(0).output.size(), 300u);
+  // The same request under compaction runs to the end in the same pool.
+  Engine compact(m, config(MemoryStrategy::Compact, "random", 16, /*num_blocks=*/8));
+  Scheduler t(compact, {4, 0});
+  t.submit(tokens(8, 1), 300);
+  t.run();
+  EXPECT_EQ(t.request(0).output.size(), 300u);
+}
+
+TEST(Scheduler, TheEventStreamShowsRequestsSharingThePool) {
+  // Every cache event carries its sequence id: a recorded serving run replays, the
+  // requests' sequences interleave, and a waiting request's first block comes from
+  // blocks another request's eviction, compaction or end gave back.
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  EventLog events;
+  const EngineConfig c = config(MemoryStrategy::Compact, "h2o", 12, /*num_blocks=*/16);
+  const ServeRun run = serve_requests(m, "compact", c, {4, 0}, prompts(6, 12), 30, {}, &events);
+  EXPECT_EQ(run.finished, 6);
+  const Occupancy end = replay({c.block_size, c.num_blocks, c.strategy, {}}, events);
+  EXPECT_EQ(end.blocks_in_use(), 0);
+  std::vector<int> first_alloc(6, -1), freed_before(6, 0);
+  int freed = 0, last_of_0 = -1;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    ASSERT_GE(e.seq, 0);
+    if (e.seq == 0) last_of_0 = int(i);
+    if (e.kind == EventKind::BlockFreed) ++freed;
+    if (e.kind == EventKind::BlockAllocated && e.seq < 6 && first_alloc[size_t(e.seq)] < 0) {
+      first_alloc[size_t(e.seq)] = int(i);
+      freed_before[size_t(e.seq)] = freed;
+    }
+  }
+  for (int s = 0; s < 6; ++s) EXPECT_GE(first_alloc[size_t(s)], 0) << "sequence " << s;
+  EXPECT_LT(first_alloc[1], last_of_0);  // the second starts while the first runs
+  EXPECT_GT(freed_before[5], 0);                   // the last is admitted into blocks given back
+}
+
+TEST(ServeBench, BadInputIsAClearError) {
+  for (const std::string args : {"--blocks 0", "--requests 0", "--prompt-len 0", "--chunk 0", "--block-size 0",
+                                  "--strategies holes,nowhere", "--budget 8 --recent 32"}) {
+    const test::ProgramRun r = test::run_kvscope("serve-bench --model " + test::tiny_model("tiny-tied") + " " + args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("kvscope: error: ", 0), 0u) << args << "\n" << r.output;
+  }
+  const test::ProgramRun r = test::run_kvscope("serve-bench --blocks 0");
+  EXPECT_EQ(r.output, "kvscope: error: --blocks must be >= 1, got 0\n");
+}
+
+// The cell of `column` in the table row of `strategy`.
+std::string cell(const std::string& table, const std::string& strategy, int column) {
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| " + strategy + " |", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::istringstream row(line.substr(1));
+    for (std::string c; std::getline(row, c, '|');) cells.push_back(c.substr(1, c.size() - 2));
+    return cells.at(size_t(column));
+  }
+  ADD_FAILURE() << "no row " << strategy << " in\n" << table;
+  return "";
+}
+
+TEST(ServeBench, CompactionAdmitsMoreSequencesThanHolesOnlyOnTheBundledModel) {
+  const test::ProgramRun r = test::run_kvscope(
+      "serve-bench --requests 8 --prompt-len 96 --output-len 48 --blocks 24 --budget 32 --slack 16 --recent 8 "
+      "--chunk 32 --policy h2o --threads 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const int none = std::stoi(cell(r.output, "none", 1)), holes = std::stoi(cell(r.output, "holes", 1)),
+            compact = std::stoi(cell(r.output, "compact", 1));
+  EXPECT_GT(compact, holes) << r.output;
+  EXPECT_GE(holes, none) << r.output;
+  EXPECT_GT(std::stod(cell(r.output, "compact", 2)), std::stod(cell(r.output, "holes", 2))) << r.output;  // mean
+  for (const char* s : {"none", "holes", "reuse", "compact"}) EXPECT_EQ(cell(r.output, s, 9), "8") << s;  // finished
+  EXPECT_EQ(cell(r.output, "holes", 7), "0.00 MB");  // only compaction moves bytes
+  EXPECT_NE(cell(r.output, "compact", 7), "0.00 MB");
+}
+
+TEST(Readme, ServeBenchTableMatchesARerun) {
+  // The README's serve-bench table, against the command it names: every column
+  // but the timings (tokens/s and wall time) must be the same.
+  const std::string readme = read_file(test::source_path("README.md"));
+  const std::string marker = "<!-- serve-table: build/kvscope ";
+  const size_t at = readme.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  const size_t args_end = readme.find(" -->", at);
+  const std::string args = readme.substr(at + marker.size(), args_end - at - marker.size());
+  const std::string quoted = readme.substr(args_end, readme.find("<!-- /serve-table", at) - args_end);
+  const test::ProgramRun r = test::run_kvscope(args);
+  ASSERT_EQ(r.code, 0) << r.output;
+  int rows = 0;
+  for (const char* s : {"none", "holes", "reuse", "compact"}) {
+    if (quoted.find(std::string("| ") + s + " |") == std::string::npos) continue;
+    ++rows;
+    for (int column : {1, 2, 4, 5, 6, 7, 8, 9})
+      EXPECT_EQ(cell(quoted, s, column), cell(r.output, s, column)) << s << ", column " << column << "\n" << r.output;
+  }
+  EXPECT_EQ(rows, 4);
+}
+
+}  // namespace
+}  // namespace kvscope
