@@ -21,6 +21,7 @@
 
 #include "model/bf16.h"
 #include "model/matvec.h"
+#include "scoped_threads.h"
 #include "util/bandwidth.h"
 #include "util/error.h"
 
@@ -100,6 +101,30 @@ TEST(Matvec, Bf16KeepsActivationsInF32) {
   matvec_bf16(W.data(), x.data(), &y, 1, cols);
   EXPECT_NEAR(y, cols * (1.0 + 0x1p-20), 1e-4);
   EXPECT_NE(y, static_cast<float>(cols));
+}
+
+TEST(Matvec, TwoThreadsGiveTheSameBitsAsOne) {
+  // Each row's sum is one thread's work, whichever thread, so splitting the rows
+  // changes no bit. Shapes big enough to be split (over 64Ki weights).
+  std::mt19937 rng(3);
+  for (Shape s : {Shape{17, 4096}, Shape{1000, 1031}, Shape{4096, 128}}) {
+    const std::vector<float> W = random_floats(static_cast<std::size_t>(s.rows) * s.cols, rng);
+    std::vector<uint16_t> Wb(W.size());
+    for (std::size_t i = 0; i < W.size(); ++i) Wb[i] = f32_to_bf16(W[i]);
+    const std::vector<float> x = random_floats(s.cols, rng);
+    std::vector<float> f32[2], bf16[2];
+    for (int threads : {1, 2}) {
+      const test::ScopedThreads scoped(threads);
+      f32[threads - 1].assign(s.rows, 0.0f);
+      bf16[threads - 1].assign(s.rows, 0.0f);
+      matvec_f32(W.data(), x.data(), f32[threads - 1].data(), s.rows, s.cols);
+      matvec_bf16(Wb.data(), x.data(), bf16[threads - 1].data(), s.rows, s.cols);
+    }
+    for (int r = 0; r < s.rows; ++r) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(f32[0][r]), std::bit_cast<uint32_t>(f32[1][r])) << s.rows << "x" << s.cols << " row " << r;
+      ASSERT_EQ(std::bit_cast<uint32_t>(bf16[0][r]), std::bit_cast<uint32_t>(bf16[1][r])) << s.rows << "x" << s.cols << " row " << r;
+    }
+  }
 }
 
 TEST(Matvec, EmptyShapes) {

@@ -15,6 +15,7 @@
 #include "engine/generate.h"
 #include "model/weights.h"
 #include "run_kvscope.h"
+#include "scoped_threads.h"
 #include "serve/scheduler.h"
 #include "serve/serve_bench.h"
 #include "test_paths.h"
@@ -107,7 +108,9 @@ TEST(Batch, EachSequenceGetsTheLogitsItWouldGetAlone) {
   // Three sequences of different lengths, joining at different steps, prefilling
   // in chunks of 4 while the others decode. Only the rows are stacked: the logits
   // must be those of each sequence run by itself (GEMM instead of GEMV changes the
-  // order of float sums, hence a tolerance).
+  // order of float sums, hence a tolerance). Two threads, so the pieces' attention
+  // runs in parallel as it does when serving.
+  const test::ScopedThreads two(2);
   Model m = load_model(test::tiny_model("tiny-untied"));
   const std::vector<Script> scripts = {script(0, 13, 4, 20, 1), script(2, 5, 4, 20, 2), script(3, 22, 4, 20, 3)};
   struct Case {
