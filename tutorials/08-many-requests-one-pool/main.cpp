@@ -103,7 +103,6 @@ int main() {
   size_t longest = 0;
   for (const std::string& s : strategies) {
     runs.push_back(serve(model, s, ps));
-    longest = std::max(longest, runs.back().rows[0].size());
     for (const std::string& row : runs.back().rows) longest = std::max(longest, row.size());
   }
   const int per_column = int((longest + kColumns - 1) / kColumns);
