@@ -10,7 +10,7 @@
 // work, set the cost of a step. Every strategy serves the same requests through a pool of
 // --blocks blocks; the table says how many sequences ran at once, how fast, how
 // often a request was preempted, and what compaction moved. --json writes the
-// numbers and the blocks in use after every step (core/serve/plot_serve.py draws them).
+// numbers and the blocks in use after every step (tutorials/08-many-requests-one-pool/plot_serve.py draws them).
 #include <omp.h>
 #include <unistd.h>
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Draws `kvscope serve-bench --json FILE`'s timelines as a PNG (Debian's python3-matplotlib).
 
-    /usr/bin/python3 core/serve/plot_serve.py serve.json serve.png
+    /usr/bin/python3 tutorials/08-many-requests-one-pool/plot_serve.py serve.json serve.png
 
 Top: blocks of the pool in use after every step, one line per strategy.
 Bottom: sequences in each step's batch. A strategy that frees more blocks runs
