@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
 # kernels/gpu_check.sh: the one run on a machine with a CUDA GPU.
 #
-# Builds kvscope with the CUDA backend (Release, for this GPU's architecture
-# only), lists the devices, runs the GPU tests and the GPU benchmarks, and
-# writes the commands with their full output to a Markdown report:
+# Lists the devices, runs the GPU tests and the GPU benchmarks, and writes the
+# commands with their full output to a Markdown report:
 #   $OUT/gpu-results.md when OUT is set, else docs/gpu-results.md
 # Every step has a time limit; a failed step is recorded and the next one runs.
-# Planned for about 10 minutes on one H200 (most of it the build).
 #
-#   bash kernels/gpu_check.sh            # BUILD=build-gpu JOBS=16 by default
+# The GPU machine this project is lent has CUDA 13, CMake and a compiler, but not
+# the Debian packages kvscope builds against (Eigen, CLI11, PCRE2, utf8proc,
+# GoogleTest), and it cannot download them. So the programs are built on the
+# development machine (Debian 12, the same CUDA 13.0) and travel to it:
+#
+#   bash kernels/gpu_check.sh --prepare   # here: builds build-gpu/ (kvscope, kvscope_tests) for
+#                                         # sm_90 (H100/H200; ARCH=80 for an A100) and copies the
+#                                         # shared libraries the GPU machine may lack to build-gpu/lib
+#   bash kernels/gpu_check.sh             # there, with build-gpu/kvscope, build-gpu/kvscope_tests
+#                                         # and build-gpu/lib carried (planned for a few minutes)
+#
+# With this project's device tool: run(command="bash kernels/gpu_check.sh", timeout_s=600,
+# carry=["build-gpu/kvscope", "build-gpu/kvscope_tests", "build-gpu/lib"]); the report
+# comes back as gpu-results.md, to be committed as docs/gpu-results.md.
+#
+# The programs find the repository's files (test models, configs) by the absolute
+# path they were built in; where the copy lives elsewhere, a symbolic link at that
+# path leads to it. Without prebuilt programs the script builds them there
+# (BUILD=build-gpu JOBS=16), which works only where those packages are installed.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
@@ -29,6 +45,22 @@ run() {
 }
 section() { printf '\n## %s\n\n%s\n' "$1" "$2" | tee -a "$REPORT"; }
 
+if [ "${1:-}" = --prepare ]; then
+  ARCH=${ARCH:-90}
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" || exit 1
+  cmake --build "$BUILD" -j "$(nproc)" --target kvscope kvscope_tests || exit 1
+  # The libraries that are not part of the C/C++ runtime or of CUDA (which the GPU
+  # machine has): Debian's PCRE2, utf8proc, OpenMP runtime, GoogleTest, ...
+  mkdir -p "$BUILD/lib"
+  ldd "$BUILD/kvscope" "$BUILD/kvscope_tests" | awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libdl|libpthread|librt)\.so' |
+    xargs -r cp -L -t "$BUILD/lib"
+  echo "$PWD" > "$BUILD/lib/SOURCE_DIR"  # where the programs look for the repository's files
+  echo "prepared: $BUILD/kvscope, $BUILD/kvscope_tests, $BUILD/lib ($(ls "$BUILD/lib" | tr '\n' ' '))"
+  du -ch "$BUILD/kvscope" "$BUILD/kvscope_tests" "$BUILD/lib" | tail -1
+  exit 0
+fi
+
 gpu_name=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
 nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
@@ -43,25 +75,36 @@ nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/c
   echo "- produced by: bash kernels/gpu_check.sh (BUILD=$BUILD, JOBS=$JOBS)"
 } | tee "$REPORT"
 
-section "Build" "Release, CUDA architecture ${arch:-default (80-real 90)}; only the program and the tests."
-cmake_args=(-S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_CUDA=ON)
-[ -n "$arch" ] && cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$arch")
-[ -n "$nvcc" ] && cmake_args+=("-DCMAKE_CUDA_COMPILER=$nvcc")
-if ! run 120 cmake "${cmake_args[@]}" || ! run 420 cmake --build "$BUILD" -j "$JOBS" --target kvscope kvscope_tests; then
-  section "Stopped" "The build failed; nothing else was run."
-  exit 1
+# Prebuilt programs: lead their source path to this copy, give them their libraries.
+if [ -x "$BUILD/kvscope_tests" ] && [ -x "$BUILD/kvscope" ]; then
+  built_in=$(cat "$BUILD/lib/SOURCE_DIR" 2>/dev/null)
+  if [ -n "$built_in" ] && [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
+    mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
+  fi
+  export LD_LIBRARY_PATH="$PWD/$BUILD/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  section "Build" "Prebuilt on the development machine (bash kernels/gpu_check.sh --prepare), built in ${built_in:-an unknown folder}, run from $PWD."
+  run 30 ldd "$BUILD/kvscope_tests"
+else
+  section "Build" "Release, CUDA architecture ${arch:-default (80-real 90)}; only the program and the tests."
+  cmake_args=(-S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_CUDA=ON)
+  [ -n "$arch" ] && cmake_args+=("-DCMAKE_CUDA_ARCHITECTURES=$arch")
+  [ -n "$nvcc" ] && cmake_args+=("-DCMAKE_CUDA_COMPILER=$nvcc")
+  if ! run 120 cmake "${cmake_args[@]}" || ! run 420 cmake --build "$BUILD" -j "$JOBS" --target kvscope kvscope_tests; then
+    section "Stopped" "The build failed; nothing else was run."
+    exit 1
+  fi
 fi
 
 section "Devices" "What the build sees, with the peak memory bandwidth the benchmarks compare against."
 run 30 "$BUILD/kvscope" devices
 
 section "GPU tests" "Every kernel against its CPU operation, the model's logits on the test checkpoints (prefill and 32 decode steps), and eviction + compaction through the engine, GPU versus CPU (tests/gpu_*_test.cpp); plus the --device option's messages."
-run 300 "$BUILD/kvscope_tests" --gtest_filter='Gpu*:DeviceOption*'
+run 240 "$BUILD/kvscope_tests" --gtest_filter='Gpu*:DeviceOption*'
 
 section "Benchmarks" "Paged decode attention bandwidth and eager versus flash; compaction versus cudaMemcpy; end-to-end decode of a Qwen3-0.6B-shaped random model."
-run 150 "$BUILD/kvscope" bench gpu-attention
-run 90 "$BUILD/kvscope" bench gpu-compaction
-run 150 "$BUILD/kvscope" bench gpu-decode
+run 120 "$BUILD/kvscope" bench gpu-attention
+run 60 "$BUILD/kvscope" bench gpu-compaction
+run 120 "$BUILD/kvscope" bench gpu-decode
 
 echo
 echo "report: $REPORT"
