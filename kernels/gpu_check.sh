@@ -6,10 +6,11 @@
 #   $OUT/gpu-results.md when OUT is set, else docs/gpu-results.md
 # Every step has a time limit; a failed step is recorded and the next one runs.
 #
-# The GPU machine this project is lent has CUDA 13, CMake and a compiler, but not
-# the Debian packages kvscope builds against (Eigen, CLI11, PCRE2, utf8proc,
-# GoogleTest), and it cannot download them. So the programs are built on the
-# development machine (Debian 12, the same CUDA 13.0) and travel to it:
+# The GPU machine this project is lent has CUDA 13, CMake and a compiler; the
+# Debian packages kvscope builds against (Eigen, CLI11, PCRE2, utf8proc,
+# GoogleTest) are not among what it is known to have, and it cannot download
+# anything. So the programs are built on the development machine (Debian 12, the
+# same CUDA 13.0) and travel to it:
 #
 #   bash kernels/gpu_check.sh --prepare   # here: builds build-gpu/ (kvscope, kvscope_tests) for
 #                                         # sm_90 (H100/H200; ARCH=80 for an A100) and copies the
