@@ -83,6 +83,11 @@ if [ -x "$BUILD/kvscope_tests" ] && [ -x "$BUILD/kvscope" ]; then
     mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
   fi
   export LD_LIBRARY_PATH="$PWD/$BUILD/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # CUDA's runtime and cuBLAS elsewhere (a Python wheel's nvidia/ folder, say): look for them.
+  if ldd "$BUILD/kvscope_tests" | grep -q 'not found'; then
+    found=$(find /usr/local /usr/lib /opt -name 'libcu*.so.13' 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+    [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$found"
+  fi
   section "Build" "Prebuilt on the development machine (bash kernels/gpu_check.sh --prepare), built in ${built_in:-an unknown folder}, run from $PWD."
   run 30 ldd "$BUILD/kvscope_tests"
 else
