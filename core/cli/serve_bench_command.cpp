@@ -2,7 +2,7 @@
 //
 //   kvscope serve-bench [--model DIR | --config FILE [--layers N]] [--blocks N] [--requests N]
 //                       [--prompt-len N] [--output-len N] [--policy h2o] [--budget 64]
-//                       [--strategies none,holes,reuse,compact] [--json FILE]
+//                       [--strategies none,holes,reuse,compact] [--repeat 3] [--json FILE]
 //
 // Prompts are slices of the model folder's held-out text (--text), or random token
 // ids when there is none. --config builds a model of that shape with random bf16
@@ -11,9 +11,14 @@
 // --blocks blocks; the table says how many sequences ran at once, how fast, how
 // often a request was preempted, and what compaction moved. --json writes the
 // numbers and the blocks in use after every step (tutorials/08-many-requests-one-pool/plot_serve.py draws them).
+// The timings (tokens/s, wall time) are the median of --repeat runs of each
+// strategy, taken in turn (none, holes, ..., none, holes, ...) so that a slow
+// moment of a shared machine does not land on one strategy; every other column is
+// the same in every run, and a run that differs stops the benchmark.
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -60,6 +65,7 @@ struct ServeBenchArgs {
   std::string trace;  // the events of the last strategy's run
   uint64_t seed = 1;
   int threads = 0;
+  int repeat = 3;  // runs of each strategy; the timings shown are their median
 };
 
 // The flags that need no model, checked before loading one.
@@ -70,6 +76,7 @@ void check_args(const ServeBenchArgs& a) {
   if (a.prompt_len < 1) throw Error("--prompt-len must be >= 1, got " + std::to_string(a.prompt_len));
   if (a.output_len < 1) throw Error("--output-len must be >= 1, got " + std::to_string(a.output_len));
   if (a.chunk < 1) throw Error("--chunk must be >= 1, got " + std::to_string(a.chunk));
+  if (a.repeat < 1) throw Error("--repeat must be >= 1, got " + std::to_string(a.repeat));
   if (a.strategies.empty()) throw Error("--strategies: name at least one of none, holes, reuse, compact");
   for (const std::string& s : a.strategies)
     if (s != "none") parse_strategy(s);  // "unknown memory strategy ..."
@@ -90,6 +97,20 @@ std::vector<std::vector<int>> make_prompts(const std::vector<int>& text, int n, 
   return prompts;
 }
 
+// The same requests under the same strategy must do the same work every time.
+bool same_work(const ServeRun& x, const ServeRun& y) {
+  const ServeStats &a = x.stats, &b = y.stats;
+  return a.steps == b.steps && a.peak_running == b.peak_running && a.preemptions == b.preemptions &&
+         a.recomputed_tokens == b.recomputed_tokens && a.generated_tokens == b.generated_tokens &&
+         a.bytes_moved == b.bytes_moved && a.blocks_in_use == b.blocks_in_use && x.finished == y.finished;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ServeRun& r : runs)
@@ -101,6 +122,7 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
   return {{"blocks", a.blocks},         {"block_size", a.block_size}, {"requests", a.requests},
           {"prompt_len", a.prompt_len}, {"output_len", a.output_len}, {"chunk", a.chunk},
           {"policy", a.policy},         {"budget", a.budget},         {"slack", a.slack},
+          {"repeat", a.repeat},
           {"runs", rows}};
 }
 
@@ -159,25 +181,36 @@ void run_serve_bench(const ServeBenchArgs& a) {
   std::fflush(stdout);
 
   const bool bar = isatty(STDERR_FILENO);  // a progress bar for people, not for logs
-  std::vector<ServeRun> runs;
+  std::vector<ServeRun> runs;                                   // [strategy]: the first run's
+  std::vector<std::vector<double>> seconds(a.strategies.size());  // [strategy][repeat]
   EventLog events;
-  for (const std::string& strategy : a.strategies) {
-    const bool record = !a.trace.empty() && &strategy == &a.strategies.back();
-    const auto t0 = std::chrono::steady_clock::now();
-    runs.push_back(serve_requests(model, strategy, evicting, serve, prompts, a.output_len, [&](int done, int total) {
-      if (!bar) return;
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const int width = 30, filled = width * done / total;
-      std::fprintf(stderr, "\rserve-bench %-7s [%s%s] %d/%d requests, %.0f s", strategy.c_str(),
-                   std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done,
-                   total, dt);
-      std::fflush(stderr);
-    }, record ? &events : nullptr));
-    if (bar) std::fputc('\n', stderr);
-  }
+  for (int r = 0; r < a.repeat; ++r)
+    for (size_t i = 0; i < a.strategies.size(); ++i) {
+      const std::string& strategy = a.strategies[i];
+      const bool record = !a.trace.empty() && i + 1 == a.strategies.size() && r == 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      ServeRun run = serve_requests(model, strategy, evicting, serve, prompts, a.output_len, [&](int done, int total) {
+        if (!bar) return;
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const int width = 30, filled = width * done / total;
+        std::fprintf(stderr, "\rserve-bench %-7s run %d/%d [%s%s] %d/%d requests, %.0f s", strategy.c_str(), r + 1,
+                     a.repeat, std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
+                     done, total, dt);
+        std::fflush(stderr);
+      }, record ? &events : nullptr);
+      if (bar) std::fputc('\n', stderr);
+      seconds[i].push_back(run.seconds);
+      if (r == 0) runs.push_back(std::move(run));
+      else if (!same_work(run, runs[i]))
+        throw Error("serve-bench: run " + std::to_string(r + 1) + " of " + strategy +
+                    " did different work from run 1 (steps, preemptions or blocks); the scheduler is not deterministic");
+    }
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].seconds = median(seconds[i]);
   std::fputs(markdown_table(runs).c_str(), stdout);
-  std::printf("\ntokens/s counts generated tokens over the wall time of the run; blocks in use are counted after every "
-              "step; recomputed tokens went through the model again after a preemption.\n");
+  std::printf("\ntokens/s counts generated tokens over the wall time of the run (the median of %d run%s of each "
+              "strategy, taken in turn); blocks in use are counted after every step; recomputed tokens went through "
+              "the model again after a preemption.\n",
+              a.repeat, a.repeat == 1 ? "" : "s");
   if (!a.json.empty()) {
     std::ofstream out(a.json);
     out << to_json(a, runs).dump(1) << "\n";
@@ -228,6 +261,8 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id)");
   cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")->capture_default_str();
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--repeat", a.repeat, "Runs of each strategy, in turn; tokens/s and wall time are their median")
+      ->capture_default_str();
   cmd->callback([args] { run_serve_bench(*args); });
 }
 
