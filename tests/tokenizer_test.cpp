@@ -396,6 +396,34 @@ TEST_F(TinyTokenizer, DuplicateIdsAreRefused) {
   EXPECT_NE(message.find("duplicate id 259"), std::string::npos) << message;
 }
 
+TEST_F(TinyTokenizer, AnIdFarBeyondTheTokensOfTheFileIsRefused) {
+  // Found by tests/fuzz/tokenizer_load_fuzz.cpp: a vocab id of 555555555 made the
+  // loader allocate 4.4 GB for its id tables before anything else was checked.
+  // Ids may leave gaps (this file's added tokens are at 300 and 301), but there
+  // are at most 2 x tokens + 1,024 of them.
+  json doc = tiny_tokenizer(false);
+  doc["model"]["vocab"]["xyz"] = 555555555;
+  const size_t tokens = doc["model"]["vocab"].size() + doc["added_tokens"].size();
+  std::string message = load_error(doc.dump(), "far_vocab.json");
+  EXPECT_NE(message.find("far_vocab.json: model.vocab: token \"xyz\" has id 555555555, far beyond the " +
+                         std::to_string(tokens) + " tokens of the file"),
+            std::string::npos)
+      << message;
+
+  doc = tiny_tokenizer(false);
+  doc["added_tokens"].push_back({{"id", 2147483647}, {"content", "<|far|>"}, {"special", true}});
+  message = load_error(doc.dump(), "far_added.json");
+  EXPECT_NE(message.find("far_added.json: added_tokens: \"<|far|>\" has id 2147483647, far beyond"), std::string::npos)
+      << message;
+
+  // The limit itself: the last id allowed loads, the next one does not.
+  doc = tiny_tokenizer(false);
+  doc["model"]["vocab"]["xyz"] = int(2 * tokens + 1024 - 1);
+  EXPECT_NO_THROW(load(doc));
+  doc["model"]["vocab"]["xyz"] = int(2 * tokens + 1024);
+  EXPECT_NE(load_error(doc.dump(), "limit.json").find("far beyond"), std::string::npos);
+}
+
 TEST_F(TinyTokenizer, MissingFileNamesTheFile) {
   try {
     Tokenizer::load(dir_ + "/absent.json");

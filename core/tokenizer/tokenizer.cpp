@@ -259,17 +259,28 @@ std::string read_split_pattern(const json& doc, const std::string& path) {
 }
 
 // model.vocab: byte-level token -> id. Ids must be distinct and non-negative.
-std::unordered_map<std::string, int> read_vocab(const json& model, const std::string& path) {
-  const json& vocab = require(model, "vocab", "model.vocab", path);
-  if (!vocab.is_object()) throw file_error(path, "model.vocab is not an object");
+// Every id is below `id_limit` (see id_limit()), so that the tables sized by the
+// largest id stay the size of the file.
+// A tokenizer's ids run from 0 up, one per token, with few gaps (Qwen's have none;
+// small test files put added tokens at round numbers). An id beyond twice the
+// tokens the file names (model.vocab and added_tokens) plus 1,024 is a broken file.
+size_t id_limit(size_t tokens) { return 2 * tokens + 1024; }
+
+std::string beyond_the_tokens(size_t tokens) {
+  return ", far beyond the " + std::to_string(tokens) + " tokens of the file (ids run from 0 up, one per token; at most " +
+         std::to_string(id_limit(tokens)) + " ids)";
+}
+
+std::unordered_map<std::string, int> read_vocab(const json& vocab, size_t tokens, const std::string& path) {
   std::unordered_map<std::string, int> ids;
   ids.reserve(vocab.size());
-  std::vector<const std::string*> owner;  // id -> its token, to find duplicates
+  std::vector<const std::string*> owner(id_limit(tokens), nullptr);  // id -> its token, to find duplicates
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+    if (!id.is_number_integer() || id.get<int64_t>() < 0)
       throw file_error(path, "model.vocab: token " + json_quote(token) + " has no valid id");
+    if (id.get<uint64_t>() >= id_limit(tokens))
+      throw file_error(path, "model.vocab: token " + json_quote(token) + " has id " + id.dump() + beyond_the_tokens(tokens));
     size_t i = id.get<size_t>();
-    if (i >= owner.size()) owner.resize(std::max(i + 1, 2 * owner.size()), nullptr);
     if (owner[i]) throw file_error(path, "model.vocab: duplicate id " + std::to_string(i) + " for " +
                                              json_quote(*owner[i]) + " and " + json_quote(token));
     owner[i] = &token;
@@ -395,7 +406,11 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
     // The model: vocabulary, then merges in rank order.
     const json& model = require(doc, "model", "model", path);
     check_bpe_options(model, path);
-    std::unordered_map<std::string, int> vocab = read_vocab(model, path);
+    const json& vocab_json = require(model, "vocab", "model.vocab", path);
+    if (!vocab_json.is_object()) throw file_error(path, "model.vocab is not an object");
+    std::vector<AddedToken> added = read_added_tokens(doc, path);
+    const size_t tokens = vocab_json.size() + added.size();
+    std::unordered_map<std::string, int> vocab = read_vocab(vocab_json, tokens, path);
     int size = 0;
     for (const auto& [token, id] : vocab) size = std::max(size, id + 1);
 
@@ -418,8 +433,12 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
     }
 
     // Added tokens: their ids may extend the vocabulary (Qwen: 151643..151668).
-    std::vector<AddedToken> added = read_added_tokens(doc, path);
-    for (const AddedToken& a : added) size = std::max(size, a.id + 1);
+    for (const AddedToken& a : added) {
+      if (size_t(a.id) >= id_limit(tokens))
+        throw file_error(path, "added_tokens: " + json_quote(a.content) + " has id " + std::to_string(a.id) +
+                                   beyond_the_tokens(tokens));
+      size = std::max(size, a.id + 1);
+    }
 
     // Every id's raw bytes.
     t.id_bytes_.assign(size, "");
