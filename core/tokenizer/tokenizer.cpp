@@ -258,12 +258,10 @@ std::string read_split_pattern(const json& doc, const std::string& path) {
   return pattern;
 }
 
-// model.vocab: byte-level token -> id. Ids must be distinct and non-negative.
-// Every id is below `id_limit` (see id_limit()), so that the tables sized by the
-// largest id stay the size of the file.
 // A tokenizer's ids run from 0 up, one per token, with few gaps (Qwen's have none;
-// small test files put added tokens at round numbers). An id beyond twice the
-// tokens the file names (model.vocab and added_tokens) plus 1,024 is a broken file.
+// small test files put added tokens at round numbers). An id at or beyond twice the
+// tokens the file names (model.vocab and added_tokens) plus 1,024 is a broken file:
+// refusing it keeps the tables sized by the largest id the size of the file.
 size_t id_limit(size_t tokens) { return 2 * tokens + 1024; }
 
 std::string beyond_the_tokens(size_t tokens) {
@@ -271,6 +269,8 @@ std::string beyond_the_tokens(size_t tokens) {
          std::to_string(id_limit(tokens)) + " ids)";
 }
 
+// model.vocab: byte-level token -> id. Ids must be distinct, non-negative and
+// below id_limit(tokens).
 std::unordered_map<std::string, int> read_vocab(const json& vocab, size_t tokens, const std::string& path) {
   std::unordered_map<std::string, int> ids;
   ids.reserve(vocab.size());
