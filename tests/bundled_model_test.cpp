@@ -14,6 +14,7 @@
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "util/file.h"
+#include "util/max_abs_diff.h"
 
 namespace kvscope {
 namespace {
@@ -26,10 +27,12 @@ nlohmann::json fixture() {
 
 // max |logits[columns[i]] - expected[i]|
 double max_abs_diff(const float* logits, const std::vector<int>& columns, const nlohmann::json& expected) {
-  double worst = 0;
-  for (size_t i = 0; i < columns.size(); ++i)
-    worst = std::max(worst, std::abs(double(logits[columns[i]]) - expected[i].get<double>()));
-  return worst;
+  std::vector<double> got, want;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    got.push_back(logits[columns[i]]);
+    want.push_back(expected[i].get<double>());
+  }
+  return kvscope::max_abs_diff(got, want);  // a NaN logit counts as infinitely far
 }
 
 TEST(BundledModel, TokenizerGivesTheIdsTheTrainingDataWasMadeWith) {

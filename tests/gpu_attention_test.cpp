@@ -65,14 +65,14 @@ void check_attention(const ModelConfig& c, int n, int refill, int block_size, in
       sums.zero(want_sums.size());
       cuda::eager_attention(out.get(), probs.get(), sums.get(), sum_from, qs.d_q.get(), qs.d_pos.get(), T,
                             rc.layer(layer), heads);
-      EXPECT_LE(test::max_abs_diff(sums.to_host(want_sums.size()), want_sums), 1e-5f) << "eager prob_sums, " << what;
+      EXPECT_LE(max_abs_diff(sums.to_host(want_sums.size()), want_sums), 1e-5f) << "eager prob_sums, " << what;
     } else if (T == 1) {
       DeviceArray<float> ws(cuda::paged_attention_workspace(T, heads, table_slots));
       cuda::paged_attention(out.get(), qs.d_q.get(), qs.d_pos.get(), T, rc.layer(layer), heads, ws.get());
     } else {
       cuda::flash_attention(out.get(), qs.d_q.get(), qs.d_pos.get(), T, rc.layer(layer), heads);
     }
-    EXPECT_LE(test::max_abs_diff(out.to_host(want.size()), want), 1e-5f)
+    EXPECT_LE(max_abs_diff(out.to_host(want.size()), want), 1e-5f)
         << (eager ? "eager, " : T == 1 ? "paged decode, " : "flash, ") << what << ", layer " << layer;
   }
 }
@@ -96,7 +96,7 @@ TEST(GpuAttention, PagedDecodeKernelTakesSeveralQueries) {
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
   DeviceArray<float> out(want.size()), ws(cuda::paged_attention_workspace(5, heads, int(rc.slot_pos.size())));
   cuda::paged_attention(out.get(), qs.d_q.get(), qs.d_pos.get(), 5, rc.layer(0), heads, ws.get());
-  EXPECT_LE(test::max_abs_diff(out.to_host(want.size()), want), 1e-5f);
+  EXPECT_LE(max_abs_diff(out.to_host(want.size()), want), 1e-5f);
 }
 
 TEST(GpuAttention, FlashPrefillMatchesCpu) {

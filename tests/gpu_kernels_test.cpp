@@ -76,7 +76,7 @@ TEST(GpuKernels, RopeRotatesHalvesLikeTheCpu) {
   d_freq.upload(inv_freq);
   d_pos.upload(pos);
   cuda::rope(d_x.get(), d_pos.get(), d_freq.get(), T, heads, hd);
-  EXPECT_LE(test::max_abs_diff(d_x.to_host(x.size()), want), 1e-5f);
+  EXPECT_LE(max_abs_diff(d_x.to_host(x.size()), want), 1e-5f);
 }
 
 TEST(GpuKernels, KvWriteFollowsTheSlotMapping) {

@@ -25,12 +25,6 @@ namespace {
 
 constexpr float kLogitTolerance = 1e-4f;
 
-float worst(const float* a, const float* b, size_t n) {
-  float w = 0;
-  for (size_t i = 0; i < n; ++i) w = std::max(w, std::abs(a[i] - b[i]));
-  return w;
-}
-
 // One sequence on one backend.
 struct OneSequence {
   PagedKvCache cache;
@@ -59,13 +53,13 @@ void compare_on_fixture_inputs(const std::string& name, WeightFormat format, int
     const std::vector<float> want(a, a + prompt.size() * vocab);
     const float* b = gpu.backend->forward(gpu.cache, gpu.seq, prompt.data(), int(prompt.size()), all);
     for (size_t t = 0; t < prompt.size(); ++t)
-      EXPECT_LE(worst(b + t * vocab, want.data() + t * vocab, vocab), kLogitTolerance)
+      EXPECT_LE(max_abs_diff(b + t * vocab, want.data() + t * vocab, vocab), kLogitTolerance)
           << name << ": prefill position " << t << " of " << prompt.size();
     for (size_t step = 0; step < fed.size(); ++step) {
       const float* x = cpu.backend->forward(cpu.cache, cpu.seq, &fed[step], 1);
       const std::vector<float> one(x, x + vocab);
       const float* y = gpu.backend->forward(gpu.cache, gpu.seq, &fed[step], 1);
-      EXPECT_LE(worst(y, one.data(), vocab), kLogitTolerance) << name << ": decode step " << step;
+      EXPECT_LE(max_abs_diff(y, one.data(), vocab), kLogitTolerance) << name << ": decode step " << step;
     }
   }
 }
@@ -117,11 +111,11 @@ TEST(GpuModel, EagerPathProbSumsAndQueriesMatchCpu) {
     const float* x = cpu.backend->forward(cpu.cache, cpu.seq, tokens, T, a);
     const std::vector<float> want(x, x + m.config.vocab_size);
     const float* y = gpu.backend->forward(gpu.cache, gpu.seq, tokens, T, b);
-    EXPECT_LE(worst(y, want.data(), want.size()), kLogitTolerance) << "step " << step;
+    EXPECT_LE(max_abs_diff(y, want.data(), want.size()), kLogitTolerance) << "step " << step;
     ASSERT_EQ(sums_gpu.size(), sums_cpu.size());
-    EXPECT_LE(worst(sums_gpu.data(), sums_cpu.data(), sums_cpu.size()), 1e-5f) << "prob_sums, step " << step;
+    EXPECT_LE(max_abs_diff(sums_gpu.data(), sums_cpu.data(), sums_cpu.size()), 1e-5f) << "prob_sums, step " << step;
     ASSERT_EQ(q_gpu.size(), q_cpu.size());
-    EXPECT_LE(worst(q_gpu.data(), q_cpu.data(), q_cpu.size()), 1e-5f) << "pre-RoPE queries, step " << step;
+    EXPECT_LE(max_abs_diff(q_gpu.data(), q_cpu.data(), q_cpu.size()), 1e-5f) << "pre-RoPE queries, step " << step;
   }
 }
 
@@ -143,13 +137,13 @@ void compare_engines(const Model& m, EngineConfig config, const std::string& wha
   const float* x = cpu.prefill(a, prompt);
   std::vector<float> want(x, x + vocab);
   const float* y = gpu.prefill(b, prompt);
-  EXPECT_LE(worst(y, want.data(), vocab), kLogitTolerance) << what << ": prefill";
+  EXPECT_LE(max_abs_diff(y, want.data(), vocab), kLogitTolerance) << what << ": prefill";
   for (int token : script(60)) {
     x = cpu.decode(a, token);
     want.assign(x, x + vocab);
     y = gpu.decode(b, token);
     ASSERT_EQ(gpu.cache().live_positions(b), cpu.cache().live_positions(a)) << what << ": kept tokens differ";
-    EXPECT_LE(worst(y, want.data(), vocab), kLogitTolerance) << what << ": logits at position "
+    EXPECT_LE(max_abs_diff(y, want.data(), vocab), kLogitTolerance) << what << ": logits at position "
                                                              << cpu.stats(a).tokens_seen;
   }
   EXPECT_GT(gpu.stats(b).rounds, 3) << what;

@@ -44,7 +44,7 @@ TEST(GpuServe, BatchedStepsMatchTheCpu) {
     const float* a = cpu.step_batch(items);
     const std::vector<float> want(a, a + items.size() * size_t(vocab));
     const float* b = gpu.step_batch(items);
-    EXPECT_LE(test::max_abs_diff(want, std::vector<float>(b, b + want.size())), 1e-4f) << "step " << step;
+    EXPECT_LE(max_abs_diff(want, std::vector<float>(b, b + want.size())), 1e-4f) << "step " << step;
     for (int s : seqs) ASSERT_EQ(cpu.cache().live_positions(s), gpu.cache().live_positions(s)) << "step " << step;
   }
   EXPECT_EQ(cpu.bytes_moved(), gpu.bytes_moved());

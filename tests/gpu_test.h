@@ -20,6 +20,7 @@
 #include "gpu_devices.h"
 #include "kernels.h"
 #include "model/config.h"
+#include "util/max_abs_diff.h"
 #include "util/splitmix64.h"
 
 #define KVSCOPE_REQUIRE_GPU()                                                         \
@@ -37,12 +38,6 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1
   std::vector<float> v(n);
   for (float& x : v) x = scale * rng.symmetric();
   return v;
-}
-
-inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return a.size() == b.size() ? worst : INFINITY;
 }
 
 // A shape with just what attention and the K/V storage read.

@@ -21,6 +21,7 @@
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/max_abs_diff.h"
 
 namespace kvscope {
 namespace {
@@ -39,13 +40,6 @@ EngineConfig config(MemoryStrategy strategy, const std::string& policy, int budg
   c.schedule = {budget, /*slack=*/6, /*sinks=*/2, /*recent=*/5};
   if (budget > 0) c.policy = [policy] { return make_policy(policy, 1); };
   return c;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst;
 }
 
 // One sequence's script: its prompt in chunks, then one token per step.

@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "model/attention.h"
 #include "model/config.h"
+#include "util/max_abs_diff.h"
 #include "util/splitmix64.h"
 
 namespace kvscope::cli {
@@ -89,8 +90,7 @@ void run_attention_bench(const AttentionBenchArgs& a) {
       const Timing eager = measure(a.repeats, [&] {
         attention_eager(out_eager.data(), q.data(), q_pos.data(), T, keys, kv, 0, shape, 0, sums.data(), table_slots);
       });
-      float diff = 0;
-      for (size_t i = 0; i < q.size(); ++i) diff = std::max(diff, std::abs(out_flash[i] - out_eager[i]));
+      const float diff = max_abs_diff(out_flash.data(), out_eager.data(), q.size());
       std::printf("| %d | %d | %.3f ms | %.3f ms | %.2fx | %.1f MB | %.1f MB | %.1e |\n", n, T, 1e3 * flash.seconds,
                   1e3 * eager.seconds, eager.seconds / flash.seconds, flash.extra_bytes / 1e6, eager.extra_bytes / 1e6,
                   double(diff));

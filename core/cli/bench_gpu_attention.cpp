@@ -25,6 +25,7 @@
 #include "cli/bench_gpu_util.h"
 #include "device_array.h"
 #include "kernels.h"
+#include "util/max_abs_diff.h"
 #include "util/splitmix64.h"
 #endif
 
@@ -145,8 +146,7 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
         cuda::eager_attention(out2.get(), probs.get(), sums.get(), 0, q.get(), q_pos.get(), T, layer.kv, heads);
       });
       const std::vector<float> o1 = out.to_host(size_t(T) * c.q_dim()), o2 = out2.to_host(size_t(T) * c.q_dim());
-      float diff = 0;
-      for (size_t i = 0; i < o1.size(); ++i) diff = std::max(diff, std::abs(o1[i] - o2[i]));
+      const float diff = max_abs_diff(o1, o2);
       const double eager_bytes = double(p_floats + sum_floats) * sizeof(float);
       std::printf("| %d | %d | %.3f ms | %.3f ms | %.2fx | %.2f MB | %.1f MB | %.1e |\n", n, T, 1e3 * flash,
                   1e3 * eager, eager / flash, flash_bytes / 1e6, eager_bytes / 1e6, double(diff));

@@ -19,6 +19,7 @@
 #include "model/weights.h"
 #include "tutorial.h"
 #include "util/file.h"
+#include "util/max_abs_diff.h"
 
 using namespace kvscope;
 using namespace kvscope::tutorial;
@@ -122,8 +123,7 @@ void part2_same_logits() {
     size_t differ = 0;
     for (size_t i = 0; i < logits.size(); ++i)
       if (std::memcmp(&logits[i], &contiguous[i], sizeof(float)) != 0) ++differ;
-    float worst = 0;
-    for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::abs(logits[i] - pytorch[i]));
+    const float worst = max_abs_diff(logits, pytorch);
     const std::string same = block_size == 256 ? "(the reference: a contiguous cache)"
                              : differ == 0       ? "bit-identical: 0 of " + commas(int64_t(logits.size())) + " differ"
                                                  : commas(int64_t(differ)) + " of " + commas(int64_t(logits.size())) + " differ";

@@ -20,6 +20,7 @@
 #include "model/weights.h"
 #include "sim/synthetic.h"
 #include "tutorial.h"
+#include "util/max_abs_diff.h"
 
 using namespace kvscope;
 using namespace kvscope::tutorial;
@@ -169,9 +170,8 @@ void part3_model() {
   for (MemoryStrategy strategy : {MemoryStrategy::HolesOnly, MemoryStrategy::ReuseHoles, MemoryStrategy::Compact}) {
     SequenceStats stats;
     const std::vector<float> logits = engine_run(m, strategy, stats);
-    float worst = 0;
-    bool identical = std::memcmp(logits.data(), compact.data(), logits.size() * sizeof(float)) == 0;
-    for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::abs(logits[i] - compact[i]));
+    const bool identical = std::memcmp(logits.data(), compact.data(), logits.size() * sizeof(float)) == 0;
+    const float worst = max_abs_diff(logits, compact);
     const char* verdict = strategy == MemoryStrategy::Compact ? "(the reference)"
                           : identical                         ? "bit-identical (same keys, same order)"
                           : worst <= 1e-4f                    ? "max |diff| <= 1e-4 (same keys, another order)"

@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "sim/synthetic.h"
 #include "tutorial.h"
+#include "util/max_abs_diff.h"
 
 using namespace kvscope;
 using namespace kvscope::tutorial;
@@ -61,8 +62,7 @@ int main() {
     attention_eager(out_eager.data(), q.data(), q_pos.data(), T, keys, kv, /*layer=*/0, shape, /*sum_from=*/0,
                     prob_sums.data(), table_slots);
 
-    float worst = 0;
-    for (size_t i = 0; i < q.size(); ++i) worst = std::max(worst, std::abs(out_flash[i] - out_eager[i]));
+    const float worst = max_abs_diff(out_flash.data(), out_eager.data(), q.size());
     // Each query's probabilities add up to 1, so each head's column sums add up to T.
     double lo = 1e30, hi = 0;
     for (int h = 0; h < c.num_heads; ++h) {
