@@ -1,6 +1,7 @@
 // The whole model and the engine on the CUDA backend against the CPU backend.
 //
-//   GpuModel   every test checkpoint (f32, tied/untied, bf16 kept and widened, f16):
+//   GpuModel   every test checkpoint (f32, tied/untied, bf16 kept and widened, f16) and the
+//              bundled model:
 //              logits of a batched prefill (every position) and of 32 teacher-forced
 //              decode steps, GPU versus CPU, within 1e-4 (the bound the CPU meets
 //              against PyTorch); the eager path's prob_sums and the pre-RoPE queries too.
@@ -37,10 +38,13 @@ struct OneSequence {
         seq(cache.add_sequence()) {}
 };
 
-void compare_on_fixture_inputs(const std::string& name, WeightFormat format, int block_size = 16) {
-  const Model m = load_model(test::tiny_model(name), format);
-  const auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/" + name + ".json")));
+// Prefill (logits at every position) and 32 teacher-forced decode steps of each case of
+// a fixture, GPU against CPU over the whole vocabulary.
+void compare_on_fixture_inputs(const Model& m, const std::string& fixture_path, const std::string& name,
+                               int block_size = 16) {
+  const auto fixture = nlohmann::json::parse(read_file(fixture_path));
   const size_t vocab = size_t(m.config.vocab_size);
+  ASSERT_FALSE(fixture["cases"].empty()) << fixture_path;
   for (const auto& c : fixture["cases"]) {
     const std::vector<int> prompt = c["prompt_ids"].get<std::vector<int>>();
     const std::vector<int> fed = c["decode_ids"].get<std::vector<int>>();
@@ -62,6 +66,12 @@ void compare_on_fixture_inputs(const std::string& name, WeightFormat format, int
       EXPECT_LE(max_abs_diff(y, one.data(), vocab), kLogitTolerance) << name << ": decode step " << step;
     }
   }
+}
+
+// A test checkpoint on the inputs of its PyTorch fixture.
+void compare_on_fixture_inputs(const std::string& name, WeightFormat format, int block_size = 16) {
+  compare_on_fixture_inputs(load_model(test::tiny_model(name), format),
+                            test::source_path("tests/fixtures/" + name + ".json"), name, block_size);
 }
 
 TEST(GpuModel, TiedF32MatchesCpu) {
@@ -89,6 +99,14 @@ TEST(GpuModel, BlockSizes1And64MatchCpu) {
   KVSCOPE_REQUIRE_GPU();
   compare_on_fixture_inputs("tiny-untied", WeightFormat::AsStored, 1);
   compare_on_fixture_inputs("tiny-untied", WeightFormat::AsStored, 64);
+}
+
+// The bundled model, bf16 as stored (the bf16 GEMV, the tied 4,096-row lm_head, the
+// widened cuBLAS bands), on the inputs of its PyTorch fixture (tests/bundled_model_test.cpp).
+TEST(GpuModel, BundledModelMatchesCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs(load_model(test::source_path("assets/model")),
+                            test::source_path("tests/fixtures/bundled-model.json"), "bundled model");
 }
 
 TEST(GpuModel, EagerPathProbSumsAndQueriesMatchCpu) {
