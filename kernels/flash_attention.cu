@@ -67,7 +67,7 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
   if (threadIdx.x < kQueryTile) {
     m[threadIdx.x] = -INFINITY;
     l[threadIdx.x] = 0.0f;
-    query_pos[threadIdx.x] = threadIdx.x < n_q ? q_pos[t0 + threadIdx.x] : -1;
+    query_pos[threadIdx.x] = int(threadIdx.x) < n_q ? q_pos[t0 + threadIdx.x] : -1;
   }
 
   for (int j0 = 0; j0 < kv.table_slots; j0 += kKeyTile) {
