@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Shows that the CPU stand-in's tests can fail: breaks the CUDA code one way at a
+time, rebuilds kvscope_gpu_tests_on_cpu, runs it, and puts each file back.
+
+    python3 tests/cuda_on_cpu/break_kernels.py [BUILD_DIR]     (default: build; about 3 min)
+
+Prints one line per breakage with the tests that failed; exits 1 if some breakage
+failed no test. The sources are restored even when it is interrupted, and the
+target is rebuilt from them at the end.
+"""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (file, text, broken text, what breaks)
+BREAKAGES = [
+    ("kernels/flash_attention.cu", "    }\n    __syncthreads();\n\n    // 5.", "    }\n\n    // 5.",
+     "flash attention: the barrier between steps 4 and 5 removed"),
+    ("kernels/flash_attention.cu", "if (p >= 0 && p <= query_pos[r]) {", "if (p >= 0) {",
+     "flash attention: no causal mask"),
+    ("kernels/paged_attention.cu", "if (p < 0 || p > p_query) continue;", "if (p < 0) continue;",
+     "paged attention: no causal mask"),
+    ("kernels/paged_attention.cu", "for (int s = 0; s < n_slices; ++s)\n      if (part[s * (hd + 2)] > -INFINITY) sum",
+     "for (int s = 0; s + 1 < n_slices; ++s)\n      if (part[s * (hd + 2)] > -INFINITY) sum",
+     "paged attention: the last slice left out of the merge"),
+    ("kernels/common.cuh", "offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);\n  return x;\n}\n__device__ __forceinline__ double",
+     "offset > 1; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);\n  return x;\n}\n__device__ __forceinline__ double",
+     "warp_sum: the last butterfly round dropped"),
+    ("kernels/rmsnorm.cu", "sum_sq = block_sum(sum_sq, scratch);", "sum_sq = warp_sum(sum_sq);",
+     "rmsnorm: each warp's sum instead of the block's"),
+    ("kernels/rope.cu", "v[i + half] = b * c + a * s;", "v[i + half] = b * c - a * s;",
+     "rope: the wrong sign"),
+    ("kernels/matvec.cu", "sum += bf16_lo(p.x) * a.x + bf16_hi(p.x) * a.y", "sum += bf16_hi(p.x) * a.x + bf16_lo(p.x) * a.y",
+     "matvec: two bf16 halves swapped"),
+    ("kernels/eager_attention.cu", "for (int t = sum_from; t < T; ++t) s +=", "for (int t = sum_from + 1; t < T; ++t) s +=",
+     "eager attention: the first summed query left out"),
+    ("kernels/triattention.cu", "double(gh[f]) * sqrt(re * re + im * im)", "double(gh[f]) * (re * re + im * im)",
+     "TriAttention: |k_f| squared"),
+    ("kernels/compaction.cu", "rows[size_t(to[m0 + b]) * vecs + c] = held[b];", "rows[size_t(to[m0 + b]) * vecs + c] = held[n - 1 - b];",
+     "compaction: a batch of moves written to the wrong slots"),
+    ("kernels/cuda_backend.cpp", "  rope(k_new_.get(), q_pos_.get(), inv_freq_.get(), T, c.num_kv_heads, hd);\n", "",
+     "CudaBackend: keys not rotated"),
+]
+
+FILTER = "GpuKernels*:GpuAttention*:GpuCompaction*:GpuModel.TiedF32*:GpuModel.Bf16*"
+
+
+def build(build_dir):
+    return subprocess.run(["cmake", "--build", build_dir, "-j", "2", "--target", "kvscope_gpu_tests_on_cpu"],
+                          cwd=ROOT, capture_output=True, text=True)
+
+
+def failed_tests(build_dir):
+    run = subprocess.run([os.path.join(build_dir, "kvscope_gpu_tests_on_cpu"), "--gtest_filter=" + FILTER,
+                          "--gtest_brief=1"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    names = {line.split()[3] for line in run.stdout.splitlines() if line.startswith("[  FAILED  ]") and "(" in line}
+    return run.returncode, sorted(names)
+
+
+def main():
+    build_dir = os.path.join(ROOT, sys.argv[1] if len(sys.argv) > 1 else "build")
+    missed = 0
+    for path, text, broken, what in BREAKAGES:
+        full = os.path.join(ROOT, path)
+        original = open(full).read()
+        if original.count(text) != 1:
+            print(f"{what}: the text to break is not in {path} once; update break_kernels.py")
+            missed += 1
+            continue
+        try:
+            with open(full, "w") as f:
+                f.write(original.replace(text, broken))
+            b = build(build_dir)
+            if b.returncode:
+                print(f"{what}: does not build\n{b.stdout[-2000:]}{b.stderr[-2000:]}")
+                missed += 1
+                continue
+            rc, names = failed_tests(build_dir)
+            print(f"{what}: {'caught by ' + ', '.join(names) if rc else 'NOT CAUGHT'}", flush=True)
+            missed += rc == 0
+        finally:
+            with open(full, "w") as f:
+                f.write(original)
+    build(build_dir)
+    print(f"{len(BREAKAGES) - missed} of {len(BREAKAGES)} breakages caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+// The CPU stand-in's runtime (see cuda_device.h): memory and errors, the fiber
+// scheduler that runs a launch, and the reference SGEMM behind cublas_v2.h.
+#undef _FORTIFY_SOURCE  // its longjmp check refuses a jump to another stack, which is what fibers do
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_device.h"
+#include "cuda_runtime_api.h"
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// ---- memory, devices, errors ---------------------------------------------------------------
+
+namespace {
+cudaError_t last_error = cudaSuccess;  // what the next cudaGetLastError() returns
+
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "cuda_on_cpu: %s\n", why.c_str());
+  std::abort();
+}
+}  // namespace
+
+// Exactly `bytes`, so that AddressSanitizer sees a kernel reading one float too far.
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t{256}, std::nothrow);  // cudaMalloc aligns to 256
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::fill_n(static_cast<unsigned char*>(*p), bytes, 0xFF);  // fresh memory is garbage: all-ones floats are NaN
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (p) ::operator delete(p, std::align_val_t{256});
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  if (bytes) std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+  std::snprintf(p->name, sizeof p->name, "CPU stand-in (tests/cuda_on_cpu), not a GPU");
+  p->totalGlobalMem = size_t(16) << 30;
+  p->major = 9;
+  p->minor = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  *value = attr == cudaDevAttrMemoryClockRate ? 1000000 : 64;  // kHz, bits: a made-up 16 GB/s
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() { return std::exchange(last_error, cudaSuccess); }
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  }
+  return "unknown error";
+}
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  *handle = nullptr;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                           const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc) {
+  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, op_a == CUBLAS_OP_N ? m : k) ||
+      ldb < std::max(1, op_b == CUBLAS_OP_N ? k : n) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float sum = 0;
+      for (int p = 0; p < k; ++p) {
+        const float a = op_a == CUBLAS_OP_N ? A[i + size_t(p) * lda] : A[p + size_t(i) * lda];
+        const float b = op_b == CUBLAS_OP_N ? B[p + size_t(j) * ldb] : B[j + size_t(p) * ldb];
+        sum += a * b;
+      }
+      float& c = C[i + size_t(j) * ldc];
+      c = *alpha * sum + (*beta == 0.0f ? 0.0f : *beta * c);  // beta 0: C is not read (it may be garbage)
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- the scheduler -----------------------------------------------------------------------
+//
+// Each CUDA thread is a fiber: a stack of its own and a saved place to resume. A fiber
+// is started once (makecontext / setcontext) and then loops: run the kernel for the
+// current block, report "returned", wait to be resumed for the next block or launch.
+// Switching is _setjmp / _longjmp between the stacks, which, unlike swapcontext, does
+// not save and restore the signal mask: no system call, so switches cost nanoseconds.
+
+namespace kvscope::cuda_on_cpu {
+namespace {
+
+enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Returned };
+
+struct Thread {
+  std::unique_ptr<char[]> stack;  // null until the fiber is started
+  ucontext_t start;
+  jmp_buf resume;
+  State state = State::Runnable;
+};
+
+constexpr int kWarp = 32;
+constexpr int kMaxThreads = 1024;
+constexpr size_t kStackBytes = 256 << 10;
+
+jmp_buf scheduler;                           // where a fiber goes when it waits or returns
+std::vector<Thread> threads(kMaxThreads);    // the block's threads, by linear index
+int block_threads = 0;                       // threads in each block of this launch
+int running = -1;                            // the thread now running, -1: the scheduler
+const std::function<void()>* kernel = nullptr;
+std::vector<double> offered[2];              // [2][threads] values offered in even and odd shuffles
+std::vector<int> shuffles;                   // [threads] shuffles each thread has done
+std::vector<unsigned char> dynamic_shared;   // extern __shared__, sized at launch
+
+// Back to the scheduler, to be resumed here later.
+void switch_to_scheduler(Thread& t) {
+  if (!_setjmp(t.resume)) _longjmp(scheduler, 1);
+}
+
+void fiber_main() {
+  for (;;) {
+    (*kernel)();
+    Thread& t = threads[size_t(running)];
+    t.state = State::Returned;
+    switch_to_scheduler(t);  // resumed for the next block: run the kernel again
+  }
+}
+
+void run(int i) {
+  Thread& t = threads[size_t(i)];
+  running = i;
+  threadIdx = dim3(unsigned(i) % blockDim.x, unsigned(i) / blockDim.x % blockDim.y,
+                   unsigned(i) / (blockDim.x * blockDim.y));
+  if (_setjmp(scheduler)) return;  // the fiber waits or has returned
+  if (t.stack) _longjmp(t.resume, 1);
+  t.stack.reset(new char[kStackBytes]);
+  getcontext(&t.start);
+  t.start.uc_stack.ss_sp = t.stack.get();
+  t.start.uc_stack.ss_size = kStackBytes;
+  t.start.uc_link = nullptr;  // fiber_main never returns
+  makecontext(&t.start, fiber_main, 0);
+  setcontext(&t.start);
+}
+
+void wait(State s) {
+  if (running < 0) fail("a barrier outside a kernel");
+  Thread& t = threads[size_t(running)];
+  t.state = s;
+  switch_to_scheduler(t);
+}
+
+// Releases the threads whose barrier everyone concerned has reached; false if none could go.
+bool release_barriers(int n) {
+  bool released = false;
+  for (int w0 = 0; w0 < n; w0 += kWarp) {  // a warp whose every lane waits in a shuffle
+    const int w1 = std::min(w0 + kWarp, n);
+    int waiting = 0, returned = 0;
+    for (int i = w0; i < w1; ++i) {
+      waiting += threads[size_t(i)].state == State::AtWarpBarrier;
+      returned += threads[size_t(i)].state == State::Returned;
+    }
+    if (waiting == 0 || waiting + returned < w1 - w0) continue;
+    if (returned) fail("a shuffle in a warp whose other lanes have returned");
+    for (int i = w0; i < w1; ++i)
+      if (shuffles[size_t(i)] != shuffles[size_t(w0)]) fail("the lanes of a warp are in different shuffles");
+    for (int i = w0; i < w1; ++i) threads[size_t(i)].state = State::Runnable;
+    released = true;
+  }
+  if (released) return true;
+  int at_block = 0, live = 0;  // __syncthreads: every thread that has not returned is there
+  for (int i = 0; i < n; ++i) {
+    at_block += threads[size_t(i)].state == State::AtBlockBarrier;
+    live += threads[size_t(i)].state != State::Returned;
+  }
+  if (at_block == 0 || at_block != live) return false;
+  for (int i = 0; i < n; ++i)
+    if (threads[size_t(i)].state == State::AtBlockBarrier) threads[size_t(i)].state = State::Runnable;
+  return true;
+}
+
+// Every thread runs until it waits or returns, in thread order; then the barriers
+// that everyone reached open, and so on until all have returned.
+void run_block(int n) {
+  for (int i = 0; i < n; ++i) threads[size_t(i)].state = State::Runnable;
+  shuffles.assign(size_t(n), 0);
+  for (;;) {
+    for (int i = 0; i < n; ++i)
+      if (threads[size_t(i)].state == State::Runnable) run(i);
+    running = -1;
+    bool any_live = false;
+    for (int i = 0; i < n; ++i) any_live |= threads[size_t(i)].state != State::Returned;
+    if (!any_live) return;
+    if (!release_barriers(n)) {
+      std::string states;  // R runnable, B at __syncthreads, W in a shuffle, . returned
+      for (int i = 0; i < n; ++i) states += "RBW."[int(threads[size_t(i)].state)];
+      fail("deadlock in block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) + ", " +
+           std::to_string(blockIdx.z) + "): " + states);
+    }
+  }
+}
+
+}  // namespace
+
+void sync_block() { wait(State::AtBlockBarrier); }
+
+// One wait per shuffle: values alternate between two buffers, so a lane's next offer
+// cannot overwrite one its partner has still to read (the partner reads it before it
+// reaches the next shuffle, which this lane must wait for before offering again).
+double shuffle_xor(double x, int lane_mask) {
+  const int me = running, partner = me ^ lane_mask;  // lanes of one warp differ in the low 5 bits only
+  if (lane_mask < 0 || lane_mask >= kWarp || partner >= block_threads) fail("a shuffle with no partner lane");
+  std::vector<double>& buffer = offered[shuffles[size_t(me)]++ % 2];
+  buffer[size_t(me)] = x;
+  wait(State::AtWarpBarrier);  // every lane of the warp has offered
+  return buffer[size_t(partner)];
+}
+
+void* dynamic_shared_memory() {
+  if (dynamic_shared.empty()) fail("extern __shared__ memory used, but the launch asked for none");
+  return dynamic_shared.data();
+}
+
+void launch(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& thread) {
+  // The limits of every GPU since sm_30, and of Hopper's shared memory per block.
+  const size_t n = size_t(block.x) * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535 ||
+      n == 0 || n > kMaxThreads || block.z > 64 || shared_bytes > 227 * 1024) {
+    last_error = cudaErrorInvalidConfiguration;  // the launch does not run, as on a GPU
+    return;
+  }
+  block_threads = int(n);
+  for (std::vector<double>& buffer : offered) buffer.assign(n, 0.0);
+  dynamic_shared.assign(shared_bytes, 0xFF);
+  kernel = &thread;
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = dim3(x, y, z);
+        run_block(int(n));
+      }
+  kernel = nullptr;
+}
+
+}  // namespace kvscope::cuda_on_cpu
