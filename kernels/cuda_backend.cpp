@@ -71,133 +71,214 @@ CudaBackend::CudaBackend(const Model& model, int num_blocks, int block_size)
 // Forward
 // ---------------------------------------------------------------------------
 
-// out = x W^T: the GEMV for one token, cuBLAS for more.
-void CudaBackend::linear(float* out, const float* x, const DeviceMatrix& W, int T) {
-  if (T == 1) {
-    matvec(out, W.data, W.type, x, W.rows, W.cols);
-    return;
-  }
+// out = x W^T for n rows of x, by the decode GEMV (each weight read once for all n).
+void CudaBackend::gemv(float* out, const float* x, const DeviceMatrix& W, int n) {
+  matvec(out, W.data, W.type, x, W.rows, W.cols, n);
+}
+
+// out = x W^T for T rows of x, by cuBLAS.
+void CudaBackend::gemm(float* out, const float* x, const DeviceMatrix& W, int T) {
   if (W.type == WeightType::BF16) gemm_scratch_.reserve(size_t(16) << 20);  // 64 MB: bands of widened rows
   matmul(out, x, W.data, W.type, T, W.rows, W.cols, gemm_scratch_.get(), gemm_scratch_.size());
 }
 
-void CudaBackend::layer_forward(int l, int T, const ForwardOptions& options, int table_slots) {
+// out = x W^T for every row of the step, as the CPU's batched pass does: the decode
+// rows (one per decoding sequence, first) in one GEMV, each prefill chunk in a GEMM
+// of its own, as it would be alone.
+//   x: [rows, W.cols]   out: [rows, W.rows]
+void CudaBackend::linear(float* out, const float* x, const DeviceMatrix& W) {
+  if (decode_rows_ > 0) gemv(out, x, W, decode_rows_);
+  for (const StepPiece& p : pieces_)
+    if (p.T > 1) gemm(out + size_t(p.row) * W.rows, x + size_t(p.row) * W.cols, W, p.T);
+}
+
+// One sequence's attention in layer l: its rows of q against its own block table.
+void CudaBackend::piece_attention(const StepPiece& p, int l) {
+  const ModelConfig& c = model_.config;
+  const Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
+  const PagedKv kv{k_.get() + l * layer_floats(), v_.get() + l * layer_floats(),
+                   block_table_.get() + p.table_offset / block_size_, slot_pos_.get() + p.table_offset,
+                   p.table_slots, block_size_};
+  float* out = att_.get() + size_t(p.row) * c.q_dim();
+  const float* q = q_.get() + size_t(p.row) * c.q_dim();
+  const int* q_pos = q_pos_.get() + p.row;
+  if (p.attention == AttentionPath::Eager) {
+    float* sums = p.prob_sums ? prob_sums_.get() + p.sums_offset + size_t(l) * c.num_heads * p.table_slots : nullptr;
+    eager_attention(out, probs_.get(), sums, p.sum_from, q, q_pos, p.T, kv, heads);
+  } else if (p.T == 1) {
+    paged_attention(out, q, q_pos, p.T, kv, heads, attention_workspace_.get());
+  } else {
+    flash_attention(out, q, q_pos, p.T, kv, heads);
+  }
+}
+
+// Layer l over all rows of the step. Only RoPE's positions, the K/V writes and
+// attention tell the sequences apart; everything else treats the rows as one matrix.
+void CudaBackend::layer_forward(int l, std::vector<float>* queries) {
   const ModelConfig& c = model_.config;
   const DeviceLayer& w = layers_[l];
-  const int d = c.hidden_size, hd = c.head_dim;
-  const Heads heads{c.num_heads, c.num_kv_heads, hd};
+  const int d = c.hidden_size, hd = c.head_dim, T = rows_;
 
   // Attention block.
   rmsnorm(h_.get(), x_.get(), w.input_norm, T, d, c.rms_norm_eps);
-  linear(q_.get(), h_.get(), w.q_proj, T);
-  linear(k_new_.get(), h_.get(), w.k_proj, T);
-  linear(v_new_.get(), h_.get(), w.v_proj, T);
+  linear(q_.get(), h_.get(), w.q_proj);
+  linear(k_new_.get(), h_.get(), w.k_proj);
+  linear(v_new_.get(), h_.get(), w.v_proj);
   rmsnorm(q_.get(), q_.get(), w.q_norm, T * c.num_heads, hd, c.rms_norm_eps);  // per head, before RoPE
   rmsnorm(k_new_.get(), k_new_.get(), w.k_norm, T * c.num_kv_heads, hd, c.rms_norm_eps);
-  if (options.queries)
-    q_.download(options.queries->data() + size_t(l) * T * c.q_dim(), size_t(T) * c.q_dim());
+  if (queries) q_.download(queries->data() + size_t(l) * T * c.q_dim(), size_t(T) * c.q_dim());
   rope(q_.get(), q_pos_.get(), inv_freq_.get(), T, c.num_heads, hd);
   rope(k_new_.get(), q_pos_.get(), inv_freq_.get(), T, c.num_kv_heads, hd);
-  float* k_layer = k_.get() + l * layer_floats();
-  float* v_layer = v_.get() + l * layer_floats();
-  kv_write(k_layer, v_layer, k_new_.get(), v_new_.get(), slot_mapping_.get(), T, c.kv_dim());
-
-  const PagedKv kv{k_layer, v_layer, block_table_.get(), slot_pos_.get(), table_slots, block_size_};
-  if (options.attention == AttentionPath::Eager) {
-    probs_.reserve(size_t(c.num_heads) * T * table_slots);
-    float* sums = options.prob_sums ? prob_sums_.get() + size_t(l) * c.num_heads * table_slots : nullptr;
-    eager_attention(att_.get(), probs_.get(), sums, options.sum_from, q_.get(), q_pos_.get(), T, kv, heads);
-  } else if (T == 1) {
-    attention_workspace_.reserve(paged_attention_workspace(T, heads, table_slots));
-    paged_attention(att_.get(), q_.get(), q_pos_.get(), T, kv, heads, attention_workspace_.get());
-  } else {
-    flash_attention(att_.get(), q_.get(), q_pos_.get(), T, kv, heads);
-  }
-  linear(h_.get(), att_.get(), w.o_proj, T);
+  kv_write(k_.get() + l * layer_floats(), v_.get() + l * layer_floats(), k_new_.get(), v_new_.get(),
+           slot_mapping_.get(), T, c.kv_dim());
+  for (const StepPiece& p : pieces_) piece_attention(p, l);
+  linear(h_.get(), att_.get(), w.o_proj);
   add_inplace(x_.get(), h_.get(), size_t(T) * d);
 
   // MLP block.
   rmsnorm(h_.get(), x_.get(), w.post_norm, T, d, c.rms_norm_eps);
-  linear(gate_.get(), h_.get(), w.gate_proj, T);
-  linear(up_.get(), h_.get(), w.up_proj, T);
+  linear(gate_.get(), h_.get(), w.gate_proj);
+  linear(up_.get(), h_.get(), w.up_proj);
   swiglu(gate_.get(), gate_.get(), up_.get(), size_t(T) * c.intermediate_size);
-  linear(h_.get(), gate_.get(), w.down_proj, T);
+  linear(h_.get(), gate_.get(), w.down_proj);
   add_inplace(x_.get(), h_.get(), size_t(T) * d);
+}
+
+// Uploads what the GPU needs to know about a step, in int32: every row's token,
+// slot (block * block_size + slot) and position, and each piece's block table with
+// the position held in each of its slots, the tables one after another. Sizes the
+// activations and the attention scratch for it.
+void CudaBackend::upload_step(const std::vector<int>& tokens, const std::vector<const Placement*>& placed,
+                              const std::vector<const std::vector<int>*>& tables) {
+  const ModelConfig& c = model_.config;
+  std::vector<int> slot_mapping, q_pos, block_table;
+  std::vector<int> slot_pos;  // -1: a hole, or not written yet
+  size_t probs = 0, workspace = 0, sums = 0;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    StepPiece& piece = pieces_[i];
+    const Placement& p = *placed[i];
+    for (int t = 0; t < piece.T; ++t) {
+      slot_mapping.push_back(p.slots[t].block * block_size_ + p.slots[t].slot);
+      q_pos.push_back(int(p.pos[t]));
+    }
+    piece.table_offset = int(slot_pos.size());
+    piece.table_slots = p.table_slots;
+    block_table.insert(block_table.end(), tables[i]->begin(), tables[i]->end());
+    slot_pos.resize(slot_pos.size() + size_t(p.table_slots), -1);
+    for (size_t k = 0; k < p.keys.pos.size(); ++k) slot_pos[piece.table_offset + p.keys.table_index[k]] = int(p.keys.pos[k]);
+    const Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
+    if (piece.attention == AttentionPath::Eager) probs = std::max(probs, size_t(c.num_heads) * piece.T * p.table_slots);
+    else if (piece.T == 1) workspace = std::max(workspace, paged_attention_workspace(1, heads, p.table_slots));
+    if (piece.prob_sums) {
+      piece.sums_offset = sums;
+      sums += size_t(c.num_layers) * c.num_heads * p.table_slots;
+    }
+  }
+  tokens_.upload(tokens);
+  slot_mapping_.upload(slot_mapping);
+  q_pos_.upload(q_pos);
+  block_table_.upload(block_table);
+  slot_pos_.upload(slot_pos);
+  probs_.reserve(probs);
+  attention_workspace_.reserve(workspace);
+  prob_sums_.reserve(sums);
+  prob_sums_.zero(sums);
+
+  // Activations for every row (as RunState).
+  rows_ = int(tokens.size());
+  decode_rows_ = 0;  // the leading pieces of one token
+  for (size_t i = 0; i < pieces_.size() && pieces_[i].T == 1; ++i) ++decode_rows_;
+  const size_t r = size_t(rows_);
+  x_.reserve(r * c.hidden_size);
+  h_.reserve(r * c.hidden_size);
+  q_.reserve(r * c.q_dim());
+  k_new_.reserve(r * c.kv_dim());
+  v_new_.reserve(r * c.kv_dim());
+  att_.reserve(r * c.q_dim());
+  gate_.reserve(r * c.intermediate_size);
+  up_.reserve(r * c.intermediate_size);
+}
+
+// Embedding and every layer over the step's rows; then each piece's attention
+// probability sums back to the host.
+void CudaBackend::run_layers(std::vector<float>* queries) {
+  const ModelConfig& c = model_.config;
+  if (queries) queries->resize(size_t(c.num_layers) * rows_ * c.q_dim());
+  embed(x_.get(), embed_.data, embed_.type, tokens_.get(), rows_, c.hidden_size);
+  for (int l = 0; l < c.num_layers; ++l) layer_forward(l, queries);
+  for (const StepPiece& p : pieces_)
+    if (p.prob_sums) {
+      p.prob_sums->resize(size_t(c.num_layers) * c.num_heads * p.table_slots);
+      CUDA_CHECK(cudaMemcpy(p.prob_sums->data(), prob_sums_.get() + p.sums_offset, p.prob_sums->size() * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+    }
+}
+
+void CudaBackend::check_pool(const PagedKvCache& cache) const {
+  if (cache.num_blocks() != num_blocks_ || cache.block_size() != block_size_)
+    throw Error("cuda backend: the cache's pool does not match the storage it was made for");
 }
 
 const float* CudaBackend::forward(PagedKvCache& cache, int seq, const int* tokens, int T,
                                   const ForwardOptions& options) {
   const ModelConfig& c = model_.config;
-  if (cache.num_blocks() != num_blocks_ || cache.block_size() != block_size_)
-    throw Error("cuda backend: the cache's pool does not match the storage it was made for");
+  check_pool(cache);
   const Placement p = place_tokens(c, cache, seq, tokens, T);
-
-  // What the GPU needs to know about this step, in int32.
-  std::vector<int> slot_mapping(static_cast<size_t>(T)), q_pos(static_cast<size_t>(T));
-  for (int t = 0; t < T; ++t) {
-    slot_mapping[t] = p.slots[t].block * block_size_ + p.slots[t].slot;
-    q_pos[t] = int(p.pos[t]);
-  }
-  const std::vector<int>& blocks = cache.sequence(seq).blocks;
-  std::vector<int> slot_pos(size_t(p.table_slots), -1);  // -1: a hole, or not written yet
-  for (size_t i = 0; i < p.keys.pos.size(); ++i) slot_pos[p.keys.table_index[i]] = int(p.keys.pos[i]);
-  tokens_.upload(tokens, size_t(T));
-  slot_mapping_.upload(slot_mapping);
-  q_pos_.upload(q_pos);
-  block_table_.upload(blocks);
-  slot_pos_.upload(slot_pos);
-
-  // Activations for T tokens.
-  const size_t t = size_t(T);
-  x_.reserve(t * c.hidden_size);
-  h_.reserve(t * c.hidden_size);
-  q_.reserve(t * c.q_dim());
-  k_new_.reserve(t * c.kv_dim());
-  v_new_.reserve(t * c.kv_dim());
-  att_.reserve(t * c.q_dim());
-  gate_.reserve(t * c.intermediate_size);
-  up_.reserve(t * c.intermediate_size);
-  const size_t prob_sums_size = size_t(c.num_layers) * c.num_heads * p.table_slots;
-  if (options.prob_sums) {
-    prob_sums_.reserve(prob_sums_size);
-    prob_sums_.zero(prob_sums_size);
-  }
-  if (options.queries) options.queries->resize(size_t(c.num_layers) * T * c.q_dim());
-
-  embed(x_.get(), embed_.data, embed_.type, tokens_.get(), T, c.hidden_size);
-  for (int l = 0; l < c.num_layers; ++l) layer_forward(l, T, options, p.table_slots);
+  pieces_ = {StepPiece{0, T, options.attention, options.sum_from, options.prob_sums}};
+  upload_step(std::vector<int>(tokens, tokens + T), {&p}, {&cache.sequence(seq).blocks});
+  run_layers(options.queries);
 
   // Final norm and lm_head, on every token or only the last one.
   const int first = options.all_logits ? 0 : T - 1, n = T - first;
   logits_.reserve(size_t(n) * c.vocab_size);
   rmsnorm(h_.get(), x_.get() + size_t(first) * c.hidden_size, final_norm_, n, c.hidden_size, c.rms_norm_eps);
-  linear(logits_.get(), h_.get(), lm_head_, n);
+  if (n == 1)
+    gemv(logits_.get(), h_.get(), lm_head_, 1);
+  else
+    gemm(logits_.get(), h_.get(), lm_head_, n);
   logits_host_.resize(size_t(n) * c.vocab_size);
   logits_.download(logits_host_.data(), logits_host_.size());  // waits for the GPU
-  if (options.prob_sums) {
-    options.prob_sums->resize(prob_sums_size);
-    prob_sums_.download(options.prob_sums->data(), prob_sums_size);
-  }
   return logits_host_.data();
 }
 
-// One forward per item, after the same checks as the CPU's batched pass, so a
-// refused batch changes nothing here either. (A batched GPU pass, one GEMM per
-// weight over all rows, is the obvious next step; it is not written yet.)
+// The whole batch in one pass, rows laid out as the CPU's forward_batch lays them:
+// the decode items first (one row each), then the prefill chunks.
 const float* CudaBackend::forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) {
   const ModelConfig& c = model_.config;
-  check_batch(c, cache, items);
-  batch_logits_host_.resize(items.size() * size_t(c.vocab_size));
-  for (size_t i = 0; i < items.size(); ++i) {
+  check_pool(cache);
+  const std::vector<Placement> placed = place_batch(c, cache, items);
+  std::vector<size_t> order;  // items in row order
+  for (size_t i = 0; i < items.size(); ++i)
+    if (items[i].tokens.size() == 1) order.push_back(i);
+  for (size_t i = 0; i < items.size(); ++i)
+    if (items[i].tokens.size() > 1) order.push_back(i);
+  pieces_.clear();
+  std::vector<int> tokens;  // [rows]
+  std::vector<const Placement*> placements;
+  std::vector<const std::vector<int>*> tables;
+  std::vector<int> last_row(items.size());  // item -> its last row
+  for (size_t i : order) {
     const BatchItem& it = items[i];
-    ForwardOptions options;
-    options.attention = it.attention;
-    options.sum_from = it.sum_from;
-    options.prob_sums = it.prob_sums;
-    const float* logits = forward(cache, it.seq, it.tokens.data(), int(it.tokens.size()), options);
-    std::copy_n(logits, c.vocab_size, batch_logits_host_.data() + i * c.vocab_size);
+    pieces_.push_back({int(tokens.size()), int(it.tokens.size()), it.attention, it.sum_from, it.prob_sums});
+    tokens.insert(tokens.end(), it.tokens.begin(), it.tokens.end());
+    last_row[i] = int(tokens.size()) - 1;
+    placements.push_back(&placed[i]);
+    tables.push_back(&cache.sequence(it.seq).blocks);
   }
-  return batch_logits_host_.data();
+  upload_step(tokens, placements, tables);
+  run_layers(nullptr);
+
+  // Final norm and lm_head on each item's last row, gathered into h in item order.  [n, hidden]
+  const int d = c.hidden_size, n = int(items.size());
+  for (int i = 0; i < n; ++i)
+    CUDA_CHECK(cudaMemcpy(h_.get() + size_t(i) * d, x_.get() + size_t(last_row[i]) * d, d * sizeof(float),
+                          cudaMemcpyDeviceToDevice));
+  rmsnorm(h_.get(), h_.get(), final_norm_, n, d, c.rms_norm_eps);
+  logits_.reserve(size_t(n) * c.vocab_size);
+  gemv(logits_.get(), h_.get(), lm_head_, n);  // as a lone forward does for its last token
+  logits_host_.resize(size_t(n) * c.vocab_size);
+  logits_.download(logits_host_.data(), logits_host_.size());
+  return logits_host_.data();
 }
 
 // ---------------------------------------------------------------------------

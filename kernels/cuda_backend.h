@@ -12,7 +12,10 @@
 // The forward pass is model/qwen3.cpp's, operation for operation, with the
 // kernels of kernels.h; decode (T = 1) uses the GEMV and paged attention,
 // prefill cuBLAS and the tiled flash attention, and the eager path when a policy
-// asks for attention probabilities.
+// asks for attention probabilities. A batch (a serving step) is one pass over
+// all its rows, laid out as the CPU lays them: the decoding sequences' rows share
+// one GEMV per weight matrix, each prefill chunk gets its own GEMM, and attention
+// runs sequence by sequence, each through its own block table.
 #pragma once
 
 #include <map>
@@ -35,8 +38,6 @@ class CudaBackend final : public Backend {
   CudaBackend(const Model& model, int num_blocks, int block_size);
   const char* name() const override { return "cuda"; }
   const float* forward(PagedKvCache& cache, int seq, const int* tokens, int T, const ForwardOptions& options) override;
-  // Not batched on the GPU yet: checks and places the whole batch as the CPU does,
-  // then runs one forward per item (the weights are read once per sequence).
   const float* forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) override;
   size_t compact(const std::vector<Move>& plan) override;
   void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots) override;
@@ -59,8 +60,27 @@ class CudaBackend final : public Backend {
   const void* upload(const void* host, size_t bytes);  // once per host pointer (a tied lm_head is the embedding)
   DeviceMatrix upload(const Matrix& m);
   const float* upload_vector(const float* host, int n) { return static_cast<const float*>(upload(host, n * sizeof(float))); }
-  void linear(float* out, const float* x, const DeviceMatrix& W, int T);
-  void layer_forward(int layer, int T, const ForwardOptions& options, int table_slots);
+
+  // One sequence's rows in a step (as Piece in model/qwen3.cpp).
+  struct StepPiece {
+    int row = 0, T = 0;                      // its rows [row, row + T) of the activations
+    AttentionPath attention = AttentionPath::Flash;
+    int sum_from = 0;                        // eager only
+    std::vector<float>* prob_sums = nullptr; // eager only: [num_layers, n_heads, table_slots] on the host
+    int table_offset = 0;                    // its block table starts at logical slot table_offset of the step's tables
+    int table_slots = 0;                     // slots its table spans
+    size_t sums_offset = 0;                  // its prob sums in prob_sums_
+  };
+
+  void check_pool(const PagedKvCache& cache) const;
+  void upload_step(const std::vector<int>& tokens, const std::vector<const Placement*>& placed,
+                   const std::vector<const std::vector<int>*>& tables);
+  void run_layers(std::vector<float>* queries);
+  void layer_forward(int layer, std::vector<float>* queries);
+  void piece_attention(const StepPiece& p, int layer);
+  void linear(float* out, const float* x, const DeviceMatrix& W);  // every row of the step
+  void gemv(float* out, const float* x, const DeviceMatrix& W, int n);
+  void gemm(float* out, const float* x, const DeviceMatrix& W, int T);
   size_t layer_floats() const { return size_t(num_blocks_) * block_size_ * model_.config.kv_dim(); }
   size_t storage_floats() const { return layer_floats() * model_.config.num_layers; }
 
@@ -78,13 +98,17 @@ class CudaBackend final : public Backend {
   // The paged K/V storage: [layers, num_blocks, block_size, kv_dim] each.
   DeviceArray<float> k_, v_;
 
-  // Per step, from the host: [T] token ids, slots, positions; the block table and slot positions.
+  // The step: its pieces in row order, rows_ rows in all, of which the first decode_rows_
+  // are decoding sequences (one row each).
+  std::vector<StepPiece> pieces_;
+  int rows_ = 0, decode_rows_ = 0;
+  // Per step, from the host: [rows] token ids, slots, positions; the pieces' block tables
+  // one after another, and the position in each of their slots.
   DeviceArray<int> tokens_, slot_mapping_, q_pos_, block_table_, slot_pos_;
   // Activations (as RunState) and scratch.
   DeviceArray<float> x_, h_, q_, k_new_, v_new_, att_, gate_, up_, logits_;
   DeviceArray<float> gemm_scratch_, attention_workspace_, probs_, prob_sums_;
-  std::vector<float> logits_host_;
-  std::vector<float> batch_logits_host_;  // [items, vocab] forward_batch's answer
+  std::vector<float> logits_host_;  // [T or items, vocab] the last answer
   // Compaction and TriAttention inputs.
   DeviceArray<int> move_from_, move_to_, score_slots_;
   DeviceArray<float> score_w_, score_gap_;

@@ -104,10 +104,10 @@ fi
 section "Devices" "What the build sees, with the peak memory bandwidth the benchmarks compare against."
 run 30 "$BUILD/kvscope" devices
 
-section "GPU tests" "Every kernel against its CPU operation, the model's logits on the test checkpoints (prefill and 32 decode steps), and eviction + compaction through the engine, GPU versus CPU (tests/gpu_*_test.cpp); plus the --device option's messages."
+section "GPU tests" "Every kernel against its CPU operation, the model's logits on the test checkpoints and the bundled model (prefill and 32 decode steps), eviction + compaction through the engine, and batched serving steps, GPU versus CPU (tests/gpu_*_test.cpp); plus the --device option's messages."
 run 240 "$BUILD/kvscope_tests" --gtest_filter='Gpu*:DeviceOption*'
 
-section "Benchmarks" "Paged decode attention bandwidth and eager versus flash; compaction versus cudaMemcpy; end-to-end decode of a Qwen3-0.6B-shaped random model."
+section "Benchmarks" "Paged decode attention bandwidth and eager versus flash; compaction versus cudaMemcpy; end-to-end decode of a Qwen3-0.6B-shaped random model, alone and with 8 and 32 sequences in batched steps."
 run 120 "$BUILD/kvscope" bench gpu-attention
 run 60 "$BUILD/kvscope" bench gpu-compaction
 run 120 "$BUILD/kvscope" bench gpu-decode

@@ -34,9 +34,11 @@ void swiglu(float* out, const float* gate, const float* up, size_t n);
 void add_inplace(float* x, const float* y, size_t n);
 void widen_bf16(float* out, const uint16_t* in, size_t n);
 
-// Decode: y = W x, the memory-bound matrix-vector product (CPU: model/matvec.h).
-//   W: [rows, cols]   x: [cols]   y: [rows]                                          (matvec.cu)
-void matvec(float* y, const void* W, WeightType type, const float* x, int rows, int cols);
+// Decode: y = W x, the memory-bound matrix-vector product, for n vectors at once
+// (n sequences decoding together; each weight is read once for all of them).
+// CPU: matvec_f32_n / matvec_bf16_n in model/matvec.h.
+//   W: [rows, cols]   x: [n, cols]   y: [n, rows]                                    (matvec.cu)
+void matvec(float* y, const void* W, WeightType type, const float* x, int rows, int cols, int n = 1);
 
 // Prefill: out = x W^T with cuBLAS in f32 (CPU: matmul in model/ops.h). bf16 W is widened
 // a band of rows at a time into `scratch` (scratch_floats >= cols), as the CPU does.

@@ -119,8 +119,11 @@ TEST(GpuKernels, SwiGluAndResidualAdd) {
   EXPECT_EQ(d_g.to_host(n), sum);
 }
 
-// y = W x on the GPU (GEMV for T = 1, cuBLAS for T > 1) against the CPU's matmul.
-void check_linear(DType dtype, int T, int rows, int cols) {
+enum class Linear { Gemv, Gemm };
+
+// y = W x for T vectors on the GPU, by the decode GEMV (matvec, T vectors in one pass
+// per kMaxVectors) or by cuBLAS (matmul), against the CPU's matmul.
+void check_linear(Linear path, DType dtype, int T, int rows, int cols) {
   const std::vector<float> w = random_floats(size_t(rows) * cols, 9), x = random_floats(size_t(T) * cols, 10);
   const std::vector<uint16_t> w16 = to_bf16(w);
   const bool bf16 = dtype == DType::BF16;
@@ -141,8 +144,8 @@ void check_linear(DType dtype, int T, int rows, int cols) {
   DeviceArray<float> d_x, d_y(want.size()), scratch(size_t(cols) * 7);  // a small scratch: several bf16 bands
   d_x.upload(x);
   const cuda::WeightType type = bf16 ? cuda::WeightType::BF16 : cuda::WeightType::F32;
-  if (T == 1)
-    cuda::matvec(d_y.get(), d_w.get(), type, d_x.get(), rows, cols);
+  if (path == Linear::Gemv)
+    cuda::matvec(d_y.get(), d_w.get(), type, d_x.get(), rows, cols, T);
   else
     cuda::matmul(d_y.get(), d_x.get(), d_w.get(), type, T, rows, cols, scratch.get(), scratch.size());
   const std::vector<float> got = d_y.to_host(want.size());
@@ -152,20 +155,32 @@ void check_linear(DType dtype, int T, int rows, int cols) {
 
 TEST(GpuKernels, MatvecF32) {
   KVSCOPE_REQUIRE_GPU();
-  check_linear(DType::F32, 1, 300, 1024);  // 16-byte chunks
-  check_linear(DType::F32, 1, 33, 250);    // the scalar path (cols not a multiple of 4)
+  check_linear(Linear::Gemv, DType::F32, 1, 300, 1024);  // 16-byte chunks
+  check_linear(Linear::Gemv, DType::F32, 1, 33, 250);    // the scalar path (cols not a multiple of 4)
 }
 
 TEST(GpuKernels, MatvecBf16) {
   KVSCOPE_REQUIRE_GPU();
-  check_linear(DType::BF16, 1, 300, 1024);  // 8 weights per 16-byte chunk
-  check_linear(DType::BF16, 1, 33, 252);    // the scalar path (cols not a multiple of 8)
+  check_linear(Linear::Gemv, DType::BF16, 1, 300, 1024);  // 8 weights per 16-byte chunk
+  check_linear(Linear::Gemv, DType::BF16, 1, 33, 252);    // the scalar path (cols not a multiple of 8)
+}
+
+// Several vectors in one pass (a batched decode step): 3, exactly one pass of 8, and 11
+// (a pass of 8, then one of 3), on both the chunked and the scalar path.
+TEST(GpuKernels, MatvecSeveralVectors) {
+  KVSCOPE_REQUIRE_GPU();
+  for (int n : {3, 8, 11}) {
+    check_linear(Linear::Gemv, DType::F32, n, 300, 1024);
+    check_linear(Linear::Gemv, DType::F32, n, 33, 250);
+    check_linear(Linear::Gemv, DType::BF16, n, 300, 1024);
+    check_linear(Linear::Gemv, DType::BF16, n, 33, 252);
+  }
 }
 
 TEST(GpuKernels, MatmulF32AndBf16) {
   KVSCOPE_REQUIRE_GPU();
-  check_linear(DType::F32, 17, 200, 96);
-  check_linear(DType::BF16, 17, 200, 96);  // 29 bands of 7 rows widened in turn
+  check_linear(Linear::Gemm, DType::F32, 17, 200, 96);
+  check_linear(Linear::Gemm, DType::BF16, 17, 200, 96);  // 29 bands of 7 rows widened in turn
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Batched steps on the CUDA backend against the CPU: CudaBackend::forward_batch
-// (one forward per sequence, after the same checks) must give the logits the CPU's
-// batched pass gives, and eviction must keep the same tokens on both.
+// (one pass over all the rows: the decoding sequences share one GEMV per weight,
+// each prefill chunk has its own GEMM, attention goes through each sequence's own
+// block table) must give the logits the CPU's batched pass gives, and eviction
+// must keep the same tokens on both.
 #include "gpu_test.h"
 
 #ifdef KVSCOPE_HAVE_CUDA
@@ -12,42 +14,63 @@
 namespace kvscope {
 namespace {
 
-TEST(GpuServe, BatchedStepsMatchTheCpu) {
-  KVSCOPE_REQUIRE_GPU();
-  const Model m = load_model(test::tiny_model("tiny-untied"));
+// n sequences join one step apart and prefill 7 + i tokens in chunks of 4, then
+// decode, for `steps` steps, on the CPU and on the GPU side by side. Each step's
+// logits must agree within 1e-4, and after every step the same positions must be live.
+void serve_on_both(const std::string& model, const char* policy, int n, int steps) {
+  SCOPED_TRACE(std::string(model) + ", " + policy + ", " + std::to_string(n) + " sequences");
+  const Model m = load_model(test::tiny_model(model));
   EngineConfig c;
-  c.num_blocks = 64;
+  c.num_blocks = 16 * n;
   c.block_size = 4;
   c.strategy = MemoryStrategy::Compact;
   c.schedule = {12, 6, 2, 5};
-  c.policy = [] { return make_policy("h2o", 1); };
+  c.policy = [policy] { return make_policy(policy, 1); };
   Engine cpu(m, c);
   c.backend = cuda::make_backend;
   Engine gpu(m, c);
   const int vocab = m.config.vocab_size;
   std::vector<int> seqs;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < n; ++i) {
     seqs.push_back(cpu.add_sequence());
     gpu.add_sequence();
   }
-  for (int step = 0; step < 40; ++step) {
-    // Sequence i prefills 7 + i tokens in chunks of 4 from step i, then decodes.
+  size_t most_decoding = 0;
+  for (int step = 0; step < steps; ++step) {
     std::vector<BatchItem> items;
-    for (int i = 0; i < 3; ++i) {
+    size_t decoding = 0;
+    for (int i = 0; i < n; ++i) {
       if (step < i) continue;
       const int fed = int(cpu.cache().sequence(seqs[i]).next_pos), prompt = 7 + i;
       BatchItem it{seqs[i], {}};
       for (int t = fed; t < std::min(prompt, fed + 4); ++t) it.tokens.push_back((t * 31 + i * 7 + 3) % vocab);
       if (it.tokens.empty()) it.tokens.push_back((step * 17 + i) % vocab);
+      decoding += it.tokens.size() == 1;
       items.push_back(it);
     }
+    most_decoding = std::max(most_decoding, decoding);
     const float* a = cpu.step_batch(items);
     const std::vector<float> want(a, a + items.size() * size_t(vocab));
     const float* b = gpu.step_batch(items);
     EXPECT_LE(max_abs_diff(want, std::vector<float>(b, b + want.size())), 1e-4f) << "step " << step;
     for (int s : seqs) ASSERT_EQ(cpu.cache().live_positions(s), gpu.cache().live_positions(s)) << "step " << step;
   }
+  EXPECT_GT(cpu.bytes_moved(), 0u) << "the test should compact";
   EXPECT_EQ(cpu.bytes_moved(), gpu.bytes_moved());
+  EXPECT_EQ(int(most_decoding), n) << "every sequence should decode in the same step at least once";
+}
+
+// H2O asks for the attention probabilities at every step: the eager kernel, per sequence.
+TEST(GpuServe, BatchedStepsMatchTheCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  serve_on_both("tiny-untied", "h2o", 3, 40);
+}
+
+// 11 decoding sequences: the GEMV takes its rows in two passes (8, then 3).
+TEST(GpuServe, ElevenSequencesMatchTheCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  serve_on_both("tiny-tied", "streaming", 11, 22);
+  serve_on_both("tiny-tied", "snapkv", 11, 22);
 }
 
 }  // namespace

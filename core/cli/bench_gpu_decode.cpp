@@ -6,6 +6,11 @@
 // uploading its slot mapping and block table and copying the logits back.
 // Decode reads every weight once per token, so the limit is the card's peak
 // bandwidth divided by the bytes of the weight matrices (plus the K/V read).
+//
+// With --sequences 1,8,32 the same is done for that many sequences decoding
+// together, one batched step (Engine::step_batch, as the server runs) per token
+// of each: the weights are read once per step for all of them, so the limit in
+// tokens/s grows with the batch until the K/V reads dominate.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -29,54 +34,85 @@ namespace {
 struct GpuDecodeBenchArgs {
   std::string config = std::string(KVSCOPE_ASSETS_DIR) + "/configs/qwen3-0.6b-config.json";
   std::vector<std::string> weights = {"f32", "bf16"};
+  std::vector<int> sequences = {1, 8, 32};
   int prompt_tokens = 512;
   int decode_tokens = 128;
 };
 
 #ifdef KVSCOPE_HAVE_CUDA
+struct DecodeRun {
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// n sequences of the same prompt through one engine: each prefilled on its own,
+// then decode_tokens steps that decode all n together (one step_batch each; n = 1
+// is the plain decode() that generate uses).
+DecodeRun run_decode(const Model& model, const GpuDecodeBenchArgs& a, int n) {
+  const ModelConfig& config = model.config;
+  const int total = a.prompt_tokens + a.decode_tokens;
+  EngineConfig ec;
+  ec.block_size = 16;
+  ec.num_blocks = n * ((total + ec.block_size - 1) / ec.block_size);
+  ec.backend = cuda::make_backend;
+  Engine engine(model, ec);
+  std::vector<int> prompt(static_cast<size_t>(a.prompt_tokens)), seqs;
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 7919) % size_t(config.vocab_size));
+
+  DecodeRun r;
+  const float* logits = nullptr;
+  double t0 = now_seconds();
+  for (int i = 0; i < n; ++i) {
+    seqs.push_back(engine.add_sequence());
+    logits = engine.prefill(seqs.back(), prompt);
+  }
+  r.prefill_seconds = now_seconds() - t0;
+  int token = 1;
+  t0 = now_seconds();
+  for (int step = 0; step < a.decode_tokens; ++step) {
+    token = int((token + 1 + (logits[step % config.vocab_size] > 0)) % config.vocab_size);  // depends on the logits
+    if (n == 1) {
+      logits = engine.decode(seqs[0], token);
+    } else {
+      std::vector<BatchItem> items;
+      for (int s : seqs) items.push_back(BatchItem{s, {token}});
+      logits = engine.step_batch(std::move(items));
+    }
+  }
+  r.decode_seconds = now_seconds() - t0;
+  return r;
+}
+
 void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-decode");
   const ModelConfig config = load_config_file(a.config);
-  std::printf("kvscope bench gpu-decode: %s (%.2fB parameters), random weights, through the engine on --device cuda\n",
-              a.config.c_str(), double(config.parameter_count()) / 1e9);
+  const double params = double(config.parameter_count());
+  std::printf("kvscope bench gpu-decode: %s (%.2f%s parameters), random weights, through the engine on --device cuda\n",
+              a.config.c_str(), params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
   print_gpu_machine(gpu);
-  std::printf("\n| weights | prefill tok/s (%d-token prompt) | decode tok/s | GB read per token | bandwidth limit tok/s | decode / limit |\n",
+  std::printf("\n| weights | sequences | prefill tok/s (%d-token prompts) | decode tok/s (all sequences) | GB read per step "
+              "| bandwidth limit tok/s | decode / limit |\n",
               a.prompt_tokens);
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
 
-  const int total = a.prompt_tokens + a.decode_tokens;
   for (const std::string& wf : a.weights) {
     std::fprintf(stderr, "building a random %s model...\n", wf.c_str());
     const Model model = random_model(config, wf == "bf16" ? DType::BF16 : DType::F32, /*seed=*/1);
-    EngineConfig ec;
-    ec.block_size = 16;
-    ec.num_blocks = (total + ec.block_size - 1) / ec.block_size;
-    ec.backend = cuda::make_backend;
-    Engine engine(model, ec);
-    const int seq = engine.add_sequence();
-    std::vector<int> prompt(static_cast<size_t>(a.prompt_tokens));
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 7919) % size_t(config.vocab_size));
-
-    std::fprintf(stderr, "%s: prefill %d tokens, decode %d tokens...\n", wf.c_str(), a.prompt_tokens, a.decode_tokens);
-    double t0 = now_seconds();
-    const float* logits = engine.prefill(seq, prompt);
-    const double prefill = now_seconds() - t0;
-    int token = 1;
-    t0 = now_seconds();
-    for (int i = 0; i < a.decode_tokens; ++i) {
-      token = int((token + 1 + (logits[i % config.vocab_size] > 0)) % config.vocab_size);  // depends on the logits
-      logits = engine.decode(seq, token);
+    for (int n : a.sequences) {
+      std::fprintf(stderr, "%s, %d sequences: prefill %d tokens each, decode %d tokens each...\n", wf.c_str(), n,
+                   a.prompt_tokens, a.decode_tokens);
+      const DecodeRun r = run_decode(model, a, n);
+      // Per step: every weight matrix once, and each sequence's K/V at its average context.
+      const double kv_bytes = 2.0 * config.num_layers * config.kv_dim() * 4 * (a.prompt_tokens + a.decode_tokens / 2.0);
+      const double bytes = double(model.weights.matrix_bytes()) + n * kv_bytes;
+      const double tps = double(n) * a.decode_tokens / r.decode_seconds, limit = n * gpu.peak_bandwidth() / bytes;
+      std::printf("| %s | %d | %.0f | %.1f | %.3f | %.0f | %.0f%% |\n", wf.c_str(), n,
+                  double(n) * a.prompt_tokens / r.prefill_seconds, tps, bytes / 1e9, limit, 100 * tps / limit);
     }
-    const double decode = now_seconds() - t0;
-    const double kv_bytes = 2.0 * config.num_layers * config.kv_dim() * 4 * (a.prompt_tokens + a.decode_tokens / 2.0);
-    const double bytes = double(model.weights.matrix_bytes()) + kv_bytes;
-    const double tps = a.decode_tokens / decode, limit = gpu.peak_bandwidth() / bytes;
-    std::printf("| %s | %.0f | %.1f | %.3f | %.0f | %.0f%% |\n", wf.c_str(), a.prompt_tokens / prefill, tps, bytes / 1e9,
-                limit, 100 * tps / limit);
   }
-  std::printf("\nGB read per token = the weight matrices (lm_head once) + the K/V of the average context. Each step is\n"
-              "about 15 kernel launches per layer plus small host<->device copies, launched one by one (no CUDA graphs):\n"
-              "for a model this small, launch gaps rather than bandwidth can set the pace.\n");
+  std::printf("\nGB read per step = the weight matrices (lm_head once) + each sequence's K/V at the average context.\n"
+              "Each step is about 15 kernel launches per layer, plus two attention launches per sequence per layer,\n"
+              "and small host<->device copies, launched one by one (no CUDA graphs): for a model this small,\n"
+              "launch gaps rather than bandwidth can set the pace.\n");
 }
 #endif
 
@@ -86,9 +122,14 @@ void add_bench_gpu_decode_command(CLI::App& bench) {
   auto args = std::make_shared<GpuDecodeBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("gpu-decode", "CUDA: end-to-end decode tokens/s of a Qwen3-0.6B-shaped random model");
   cmd->add_option("--config", args->config, "config.json giving the model shape")->capture_default_str();
-  cmd->add_option("--weights", args->weights, "Weight formats to run (f32, bf16)")
+  cmd->add_option("--weights", args->weights, "Weight formats to run (f32,bf16)")
+      ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--sequences", args->sequences, "Sequences decoding together, one table row each (1,8,32)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--decode-tokens", args->decode_tokens, "Tokens decoded")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([args] {

@@ -32,8 +32,10 @@ BREAKAGES = [
      "rmsnorm: each warp's sum instead of the block's"),
     ("kernels/rope.cu", "v[i + half] = b * c + a * s;", "v[i + half] = b * c - a * s;",
      "rope: the wrong sign"),
-    ("kernels/matvec.cu", "sum += bf16_lo(p.x) * a.x + bf16_hi(p.x) * a.y", "sum += bf16_hi(p.x) * a.x + bf16_lo(p.x) * a.y",
+    ("kernels/matvec.cu", "sum[b] += bf16_lo(p.x) * u.x + bf16_hi(p.x) * u.y", "sum[b] += bf16_hi(p.x) * u.x + bf16_lo(p.x) * u.y",
      "matvec: two bf16 halves swapped"),
+    ("kernels/matvec.cu", "const float4 v = x4[size_t(b) * chunks + i];", "const float4 v = x4[i];",
+     "matvec: every vector of a batch multiplied as the first"),
     ("kernels/eager_attention.cu", "for (int t = sum_from; t < T; ++t) s +=", "for (int t = sum_from + 1; t < T; ++t) s +=",
      "eager attention: the first summed query left out"),
     ("kernels/triattention.cu", "double(gh[f]) * sqrt(re * re + im * im)", "double(gh[f]) * (re * re + im * im)",
@@ -42,9 +44,11 @@ BREAKAGES = [
      "compaction: a batch of moves written to the wrong slots"),
     ("kernels/cuda_backend.cpp", "  rope(k_new_.get(), q_pos_.get(), inv_freq_.get(), T, c.num_kv_heads, hd);\n", "",
      "CudaBackend: keys not rotated"),
+    ("kernels/cuda_backend.cpp", "block_table_.get() + p.table_offset / block_size_, slot_pos_.get() + p.table_offset,",
+     "block_table_.get(), slot_pos_.get(),", "CudaBackend: every sequence of a batch attends through the first one's table"),
 ]
 
-FILTER = "GpuKernels*:GpuAttention*:GpuCompaction*:GpuModel.TiedF32*:GpuModel.Bf16*"
+FILTER = "GpuKernels*:GpuAttention*:GpuCompaction*:GpuModel.TiedF32*:GpuModel.Bf16*:GpuServe*"
 
 
 def build(build_dir):
