@@ -112,5 +112,8 @@ run 120 "$BUILD/kvscope" bench gpu-attention
 run 60 "$BUILD/kvscope" bench gpu-compaction
 run 120 "$BUILD/kvscope" bench gpu-decode
 
+section "Serving" "Many requests through one pool on the GPU, under each memory strategy (the scheduler and policies on the host, every batched step on the GPU)."
+run 120 "$BUILD/kvscope" serve-bench --device cuda --config assets/configs/qwen3-0.6b-config.json --requests 16 --prompt-len 256 --output-len 128 --repeat 1
+
 echo
 echo "report: $REPORT"

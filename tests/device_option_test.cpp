@@ -48,6 +48,21 @@ TEST(DeviceOption, GenerateOnCpuStillWorks) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+TEST(DeviceOption, ServeBenchOnCudaFailsClearlyWithoutAGpu) {
+  const ProgramRun r = run_kvscope("serve-bench --device cuda --model " + test::tiny_model("tiny-tied") +
+                                   " --requests 3 --prompt-len 12 --output-len 6 --blocks 16 --block-size 4"
+                                   " --budget 8 --slack 4 --sinks 2 --recent 2 --repeat 1");
+  const std::string expected = expected_cuda_error("--device cuda");
+  if (expected.empty()) {
+    EXPECT_EQ(r.code, 0) << r.output;  // a GPU: the same command runs
+    EXPECT_NE(r.output.find("the model runs on CUDA GPU 0"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("| compact |"), std::string::npos) << r.output;
+  } else {
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.output, expected);
+  }
+}
+
 TEST(DeviceOption, GpuBenchmarksFailClearlyWithoutAGpu) {
   for (const std::string part : {"gpu-attention", "gpu-compaction", "gpu-decode"}) {
     const std::string expected = expected_cuda_error("bench " + part);

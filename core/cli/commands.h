@@ -40,5 +40,7 @@ void print_warnings(const std::vector<std::string>& warnings);
 // kvscope::Error "--device cuda: no CUDA GPU found (...)" or "... this build has no
 // CUDA backend ..." when the GPU cannot be used.
 BackendFactory backend_for_device(const std::string& device);
+// The first CUDA GPU's name ("CUDA GPU 0, NVIDIA H200"), after backend_for_device("cuda") succeeded.
+std::string gpu_name();
 
 }  // namespace kvscope::cli

@@ -22,4 +22,13 @@ BackendFactory backend_for_device(const std::string& device) {
 #endif
 }
 
+std::string gpu_name() {
+#ifdef KVSCOPE_HAVE_CUDA
+  std::string why;
+  const std::vector<cuda::GpuInfo> gpus = cuda::list_gpus(why);
+  if (!gpus.empty()) return "CUDA GPU 0, " + gpus[0].name;
+#endif
+  return "no CUDA GPU";
+}
+
 }  // namespace kvscope::cli

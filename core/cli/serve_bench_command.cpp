@@ -3,6 +3,7 @@
 //   kvscope serve-bench [--model DIR | --config FILE [--layers N]] [--blocks N] [--requests N]
 //                       [--prompt-len N] [--output-len N] [--policy h2o] [--budget 64]
 //                       [--strategies none,holes,reuse,compact] [--repeat 3] [--json FILE]
+//                       [--device cpu|cuda]
 //
 // Prompts are slices of the model folder's held-out text (--text), or random token
 // ids when there is none. --config builds a model of that shape with random bf16
@@ -66,6 +67,7 @@ struct ServeBenchArgs {
   uint64_t seed = 1;
   int threads = 0;
   int repeat = 3;  // runs of each strategy; the timings shown are their median
+  std::string device = "cpu";
 };
 
 // The flags that need no model, checked before loading one.
@@ -129,6 +131,7 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
 void run_serve_bench(const ServeBenchArgs& a) {
   set_threads(a.threads);
   check_args(a);
+  const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   if (a.layers < 0) throw Error("--layers must be >= 0, got " + std::to_string(a.layers));
   const bool random = !a.config.empty();
   if (!random && a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
@@ -162,6 +165,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   if (calibration.empty() && !random && file_exists(a.model_dir + "/triattention-calibration.json"))
     calibration = a.model_dir + "/triattention-calibration.json";
   evicting.policy = policy_factory(a.policy, a.seed, calibration, c);
+  evicting.backend = backend;
   ServeConfig serve;
   serve.chunk = a.chunk;
 
@@ -177,7 +181,8 @@ void run_serve_bench(const ServeBenchArgs& a) {
               "prefill in chunks of %d\n",
               a.policy.c_str(), a.budget, a.slack, a.sinks, a.recent, a.chunk);
   const int threads = omp_get_max_threads();
-  std::printf("machine: %s, %d thread%s\n\n", cpu_name().c_str(), threads, threads == 1 ? "" : "s");
+  std::printf("machine: %s, %d thread%s%s\n\n", cpu_name().c_str(), threads, threads == 1 ? "" : "s",
+              a.device == "cuda" ? ("; the model runs on " + gpu_name()).c_str() : "");
   std::fflush(stdout);
 
   const bool bar = isatty(STDERR_FILENO);  // a progress bar for people, not for logs
@@ -261,6 +266,9 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id)");
   cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")->capture_default_str();
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--device", a.device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--repeat", a.repeat, "Runs of each strategy, in turn; tokens/s and wall time are their median")
       ->capture_default_str();
   cmd->callback([args] { run_serve_bench(*args); });
