@@ -92,7 +92,7 @@ void CudaBackend::linear(float* out, const float* x, const DeviceMatrix& W) {
     if (p.T > 1) gemm(out + size_t(p.row) * W.rows, x + size_t(p.row) * W.cols, W, p.T);
 }
 
-// One sequence's attention in layer l: its rows of q against its own block table.
+// One sequence's attention in layer l (prefill, or eager): its rows of q against its own block table.
 void CudaBackend::piece_attention(const StepPiece& p, int l) {
   const ModelConfig& c = model_.config;
   const Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
@@ -105,11 +105,19 @@ void CudaBackend::piece_attention(const StepPiece& p, int l) {
   if (p.attention == AttentionPath::Eager) {
     float* sums = p.prob_sums ? prob_sums_.get() + p.sums_offset + size_t(l) * c.num_heads * p.table_slots : nullptr;
     eager_attention(out, probs_.get(), sums, p.sum_from, q, q_pos, p.T, kv, heads);
-  } else if (p.T == 1) {
-    paged_attention(out, q, q_pos, p.T, kv, heads, attention_workspace_.get());
   } else {
     flash_attention(out, q, q_pos, p.T, kv, heads);
   }
+}
+
+// The decoding sequences that need no probabilities (the first paged_rows_ rows):
+// one paged attention launch for all of them, each row through its own table.
+void CudaBackend::paged_rows_attention(int l) {
+  const ModelConfig& c = model_.config;
+  const PagedKv kv{k_.get() + l * layer_floats(), v_.get() + l * layer_floats(), block_table_.get(), slot_pos_.get(),
+                   paged_max_slots_, block_size_, paged_start_.get(), paged_slots_.get()};
+  paged_attention(att_.get(), q_.get(), q_pos_.get(), paged_rows_, kv, {c.num_heads, c.num_kv_heads, c.head_dim},
+                  attention_workspace_.get());
 }
 
 // Layer l over all rows of the step. Only RoPE's positions, the K/V writes and
@@ -131,7 +139,8 @@ void CudaBackend::layer_forward(int l, std::vector<float>* queries) {
   rope(k_new_.get(), q_pos_.get(), inv_freq_.get(), T, c.num_kv_heads, hd);
   kv_write(k_.get() + l * layer_floats(), v_.get() + l * layer_floats(), k_new_.get(), v_new_.get(),
            slot_mapping_.get(), T, c.kv_dim());
-  for (const StepPiece& p : pieces_) piece_attention(p, l);
+  if (paged_rows_ > 0) paged_rows_attention(l);
+  for (size_t i = size_t(paged_rows_); i < pieces_.size(); ++i) piece_attention(pieces_[i], l);
   linear(h_.get(), att_.get(), w.o_proj);
   add_inplace(x_.get(), h_.get(), size_t(T) * d);
 
@@ -146,14 +155,16 @@ void CudaBackend::layer_forward(int l, std::vector<float>* queries) {
 
 // Uploads what the GPU needs to know about a step, in int32: every row's token,
 // slot (block * block_size + slot) and position, and each piece's block table with
-// the position held in each of its slots, the tables one after another. Sizes the
+// the position held in each of its slots, the tables one after another; for the
+// leading paged rows, where each one's table starts and how long it is. Sizes the
 // activations and the attention scratch for it.
 void CudaBackend::upload_step(const std::vector<int>& tokens, const std::vector<const Placement*>& placed,
                               const std::vector<const std::vector<int>*>& tables) {
   const ModelConfig& c = model_.config;
   std::vector<int> slot_mapping, q_pos, block_table;
   std::vector<int> slot_pos;  // -1: a hole, or not written yet
-  size_t probs = 0, workspace = 0, sums = 0;
+  std::vector<int> paged_start, paged_slots;  // [paged rows]
+  size_t probs = 0, sums = 0;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     StepPiece& piece = pieces_[i];
     const Placement& p = *placed[i];
@@ -166,9 +177,11 @@ void CudaBackend::upload_step(const std::vector<int>& tokens, const std::vector<
     block_table.insert(block_table.end(), tables[i]->begin(), tables[i]->end());
     slot_pos.resize(slot_pos.size() + size_t(p.table_slots), -1);
     for (size_t k = 0; k < p.keys.pos.size(); ++k) slot_pos[piece.table_offset + p.keys.table_index[k]] = int(p.keys.pos[k]);
-    const Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
     if (piece.attention == AttentionPath::Eager) probs = std::max(probs, size_t(c.num_heads) * piece.T * p.table_slots);
-    else if (piece.T == 1) workspace = std::max(workspace, paged_attention_workspace(1, heads, p.table_slots));
+    if (is_paged(piece) && paged_start.size() == i) {  // the leading paged pieces
+      paged_start.push_back(piece.table_offset);
+      paged_slots.push_back(piece.table_slots);
+    }
     if (piece.prob_sums) {
       piece.sums_offset = sums;
       sums += size_t(c.num_layers) * c.num_heads * p.table_slots;
@@ -179,8 +192,13 @@ void CudaBackend::upload_step(const std::vector<int>& tokens, const std::vector<
   q_pos_.upload(q_pos);
   block_table_.upload(block_table);
   slot_pos_.upload(slot_pos);
+  paged_start_.upload(paged_start);
+  paged_slots_.upload(paged_slots);
+  paged_rows_ = int(paged_start.size());
+  paged_max_slots_ = paged_rows_ ? *std::max_element(paged_slots.begin(), paged_slots.end()) : 0;
   probs_.reserve(probs);
-  attention_workspace_.reserve(workspace);
+  attention_workspace_.reserve(paged_attention_workspace(paged_rows_, {c.num_heads, c.num_kv_heads, c.head_dim},
+                                                         paged_max_slots_));
   prob_sums_.reserve(sums);
   prob_sums_.zero(sums);
 
@@ -241,15 +259,18 @@ const float* CudaBackend::forward(PagedKvCache& cache, int seq, const int* token
   return logits_host_.data();
 }
 
-// The whole batch in one pass, rows laid out as the CPU's forward_batch lays them:
-// the decode items first (one row each), then the prefill chunks.
+// The whole batch in one pass, rows laid out as the CPU's forward_batch lays them,
+// the decode items first (one row each) and then the prefill chunks; among the
+// decode items, those on the paged kernel come before those asking for probabilities.
 const float* CudaBackend::forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) {
   const ModelConfig& c = model_.config;
   check_pool(cache);
   const std::vector<Placement> placed = place_batch(c, cache, items);
   std::vector<size_t> order;  // items in row order
   for (size_t i = 0; i < items.size(); ++i)
-    if (items[i].tokens.size() == 1) order.push_back(i);
+    if (items[i].tokens.size() == 1 && items[i].attention != AttentionPath::Eager) order.push_back(i);
+  for (size_t i = 0; i < items.size(); ++i)
+    if (items[i].tokens.size() == 1 && items[i].attention == AttentionPath::Eager) order.push_back(i);
   for (size_t i = 0; i < items.size(); ++i)
     if (items[i].tokens.size() > 1) order.push_back(i);
   pieces_.clear();

@@ -14,8 +14,9 @@
 // prefill cuBLAS and the tiled flash attention, and the eager path when a policy
 // asks for attention probabilities. A batch (a serving step) is one pass over
 // all its rows, laid out as the CPU lays them: the decoding sequences' rows share
-// one GEMV per weight matrix, each prefill chunk gets its own GEMM, and attention
-// runs sequence by sequence, each through its own block table.
+// one GEMV per weight matrix, each prefill chunk gets its own GEMM; the decoding
+// sequences share one paged attention launch (each row through its own block
+// table), and the flash or eager kernel runs once per remaining sequence.
 #pragma once
 
 #include <map>
@@ -71,6 +72,8 @@ class CudaBackend final : public Backend {
     int table_slots = 0;                     // slots its table spans
     size_t sums_offset = 0;                  // its prob sums in prob_sums_
   };
+  // Decoding without probabilities: these rows share one paged attention launch.
+  static bool is_paged(const StepPiece& p) { return p.T == 1 && p.attention != AttentionPath::Eager; }
 
   void check_pool(const PagedKvCache& cache) const;
   void upload_step(const std::vector<int>& tokens, const std::vector<const Placement*>& placed,
@@ -78,6 +81,7 @@ class CudaBackend final : public Backend {
   void run_layers(std::vector<float>* queries);
   void layer_forward(int layer, std::vector<float>* queries);
   void piece_attention(const StepPiece& p, int layer);
+  void paged_rows_attention(int layer);
   void linear(float* out, const float* x, const DeviceMatrix& W);  // every row of the step
   void gemv(float* out, const float* x, const DeviceMatrix& W, int n);
   void gemm(float* out, const float* x, const DeviceMatrix& W, int T);
@@ -99,12 +103,14 @@ class CudaBackend final : public Backend {
   DeviceArray<float> k_, v_;
 
   // The step: its pieces in row order, rows_ rows in all, of which the first decode_rows_
-  // are decoding sequences (one row each).
+  // are decoding sequences (one row each), and of those the first paged_rows_ are paged
+  // (is_paged), their tables at most paged_max_slots_ slots long.
   std::vector<StepPiece> pieces_;
-  int rows_ = 0, decode_rows_ = 0;
+  int rows_ = 0, decode_rows_ = 0, paged_rows_ = 0, paged_max_slots_ = 0;
   // Per step, from the host: [rows] token ids, slots, positions; the pieces' block tables
   // one after another, and the position in each of their slots.
   DeviceArray<int> tokens_, slot_mapping_, q_pos_, block_table_, slot_pos_;
+  DeviceArray<int> paged_start_, paged_slots_;  // [paged rows] where each one's table starts in them, its length
   // Activations (as RunState) and scratch.
   DeviceArray<float> x_, h_, q_, k_new_, v_new_, att_, gate_, up_, logits_;
   DeviceArray<float> gemm_scratch_, attention_workspace_, probs_, prob_sums_;

@@ -79,6 +79,7 @@ __global__ void eager_colsum_kernel(float* prob_sums, const float* probs, int T,
 
 void eager_attention(float* out, float* probs, float* prob_sums, int sum_from, const float* q, const int* q_pos,
                      int T, const PagedKv& kv, Heads h) {
+  if (kv.row_start) throw Error("eager_attention: one block table for all queries (row tables are for paged_attention)");
   const float scale = 1.0f / sqrtf(float(h.head_dim));
   const int n = kv.table_slots;
   eager_scores_kernel<<<dim3(ceil_div(size_t(n), kScoreWarps), T, h.n_heads), kScoreWarps * kWarp>>>(probs, q, q_pos,

@@ -140,6 +140,7 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
 }
 
 void flash_attention(float* out, const float* q, const int* q_pos, int T, const PagedKv& kv, Heads h) {
+  if (kv.row_start) throw Error("flash_attention: one block table for all queries (row tables are for paged_attention)");
   const size_t bytes = shared_bytes(h.head_dim);
   // Above 48 KiB of shared memory a kernel must ask for it (head_dim 128 needs about 52 KiB).
   CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));

@@ -61,6 +61,12 @@ struct PagedKv {
   const int* slot_pos = nullptr;       // [table_slots]  position of the token in each logical slot, -1 = empty
   int table_slots = 0;                 // logical slots the table spans: blocks * block_size
   int block_size = 0;
+  // paged_attention only: one table per query row, for several sequences decoding in
+  // one launch (as vLLM's block_tables). Row t reads the slots [row_start[t],
+  // row_start[t] + row_slots[t]) of block_table and slot_pos; row_start[t] is a
+  // multiple of block_size, and table_slots is then the longest row_slots.
+  const int* row_start = nullptr;      // [T]
+  const int* row_slots = nullptr;      // [T]
 };
 
 struct Heads {
@@ -71,7 +77,8 @@ struct Heads {
 // (causal by position, holes skipped); q and out are [T, n_heads * head_dim], q_pos is [T].
 
 // Decode attention: one pass over the table with online softmax, split across thread
-// blocks; `workspace` holds the blocks' partial results.                     (paged_attention.cu)
+// blocks; `workspace` holds the blocks' partial results. With kv.row_start set, each
+// query row reads its own table (a batch of decoding sequences).           (paged_attention.cu)
 size_t paged_attention_workspace(int T, Heads h, int table_slots);  // floats
 void paged_attention(float* out, const float* q, const int* q_pos, int T, const PagedKv& kv, Heads h,
                      float* workspace);

@@ -22,6 +22,11 @@
 //      divided by the total sum.
 // GQA: the query heads of a group read the same K/V rows; the second reader
 // mostly finds them in L2.
+//
+// A serving step decodes many sequences at once: query row t is then sequence t's
+// new token, and it reads sequence t's own block table (kv.row_start, kv.row_slots;
+// vLLM's block_tables and seq_lens). The grid is sized for the longest table; the
+// slices past a shorter table see no key and hand the merge an empty partial.
 #include <cstdint>
 
 #include "common.cuh"
@@ -41,9 +46,9 @@ size_t paged_attention_workspace(int T, Heads h, int table_slots) {
   return size_t(T) * h.n_heads * slices(table_slots) * (h.head_dim + 2);
 }
 
-// Where slot j of the table lives: its row in this layer's K (or V) array.
-__device__ __forceinline__ size_t slot_row(const PagedKv& kv, int j) {
-  return size_t(kv.block_table[j / kv.block_size]) * kv.block_size + j % kv.block_size;
+// Where slot j of a table lives: its row in this layer's K (or V) array.
+__device__ __forceinline__ size_t slot_row(const int* table, int block_size, int j) {
+  return size_t(table[j / block_size]) * block_size + j % block_size;
 }
 
 __global__ void paged_attention_slice_kernel(float* workspace, const float* q, const int* q_pos, PagedKv kv, Heads hs,
@@ -53,6 +58,11 @@ __global__ void paged_attention_slice_kernel(float* workspace, const float* q, c
   const int hd = hs.head_dim, kv_dim = hs.n_kv_heads * hd;
   const int kv_head = h / (hs.n_heads / hs.n_kv_heads);
   const int p_query = q_pos[t];
+  // Query row t's table: the whole of kv's, or its own row of a batch.
+  const int start = kv.row_start ? kv.row_start[t] : 0;
+  const int n_slots = kv.row_start ? kv.row_slots[t] : kv.table_slots;
+  const int* table = kv.block_table + start / kv.block_size;
+  const int* slot_pos = kv.slot_pos + start;
 
   // This lane's dimensions of the query, and its share of the running output.
   const float* qh = q + (size_t(t) * hs.n_heads + h) * hd;
@@ -65,11 +75,11 @@ __global__ void paged_attention_slice_kernel(float* workspace, const float* q, c
   }
   float m = -INFINITY, l = 0.0f;
 
-  const int begin = slice * kSliceSlots, end = min(begin + kSliceSlots, kv.table_slots);
+  const int begin = slice * kSliceSlots, end = min(begin + kSliceSlots, n_slots);
   for (int j = begin + warp; j < end; j += kWarps) {
-    const int p = kv.slot_pos[j];
+    const int p = slot_pos[j];
     if (p < 0 || p > p_query) continue;  // a hole, or a token the query may not see (same j: the warp agrees)
-    const size_t row = slot_row(kv, j) * kv_dim + size_t(kv_head) * hd;
+    const size_t row = slot_row(table, kv.block_size, j) * kv_dim + size_t(kv_head) * hd;
     const float* k = kv.k + row;
     const float* v = kv.v + row;
 

@@ -8,6 +8,8 @@
 //   compaction                             exact: the whole storage, bit for bit, as KvStorage::apply
 #include "gpu_test.h"
 
+#include <algorithm>
+
 #ifdef KVSCOPE_HAVE_CUDA
 #include "model/attention.h"
 
@@ -97,6 +99,60 @@ TEST(GpuAttention, PagedDecodeKernelTakesSeveralQueries) {
   DeviceArray<float> out(want.size()), ws(cuda::paged_attention_workspace(5, heads, int(rc.slot_pos.size())));
   cuda::paged_attention(out.get(), qs.d_q.get(), qs.d_pos.get(), 5, rc.layer(0), heads, ws.get());
   EXPECT_LE(max_abs_diff(out.to_host(want.size()), want), 1e-5f);
+}
+
+TEST(GpuAttention, PagedDecodeRowsReadTheirOwnTables) {
+  KVSCOPE_REQUIRE_GPU();
+  // A batch of decoding sequences in one launch: query row r reads its own table,
+  // here a run of blocks [first, last) of one random cache's table, laid one after
+  // another as the CUDA backend lays them. Row 3's single block leaves 6 of the 7
+  // slices empty; row 1 starts mid-table. Each row against the CPU on its own keys.
+  const ModelConfig c = test::attention_config(1, 16, 8, 128);
+  RandomPagedCache rc(c, 1600, 60, 16, 21);
+  const int bs = rc.cache.block_size(), n_blocks = int(rc.blocks.size());
+  const std::vector<std::pair<int, int>> runs = {{0, 3}, {2, n_blocks}, {0, n_blocks}, {5, 6}, {0, n_blocks / 2}};
+  const LiveSlots all = live_slots(rc.cache, rc.seq);
+  std::vector<int> tables, slot_pos, row_start, row_slots;
+  std::vector<int64_t> pos;
+  std::vector<LiveSlots> keys(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto [first, last] = runs[r];
+    row_start.push_back(int(slot_pos.size()));
+    row_slots.push_back((last - first) * bs);
+    tables.insert(tables.end(), rc.blocks.begin() + first, rc.blocks.begin() + last);
+    slot_pos.insert(slot_pos.end(), rc.slot_pos.begin() + first * bs, rc.slot_pos.begin() + last * bs);
+    for (size_t i = 0; i < all.slots.size(); ++i)
+      if (all.table_index[i] >= first * bs && all.table_index[i] < last * bs) {
+        keys[r].slots.push_back(all.slots[i]);
+        keys[r].pos.push_back(all.pos[i]);
+        keys[r].table_index.push_back(all.table_index[i] - first * bs);
+      }
+    ASSERT_FALSE(keys[r].pos.empty());
+    pos.push_back(*std::max_element(keys[r].pos.begin(), keys[r].pos.end()) - int64_t(r));  // sees most of them
+  }
+  Queries qs(c, pos, 22);
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
+  std::vector<float> want(qs.q.size());
+  for (size_t r = 0; r < runs.size(); ++r)
+    attention_flash(want.data() + r * c.q_dim(), qs.q.data() + r * c.q_dim(), &qs.pos[r], 1, keys[r], rc.kv, 0, shape);
+
+  DeviceArray<int> d_tables, d_slot_pos, d_start, d_slots;
+  d_tables.upload(tables);
+  d_slot_pos.upload(slot_pos);
+  d_start.upload(row_start);
+  d_slots.upload(row_slots);
+  const int longest = *std::max_element(row_slots.begin(), row_slots.end());
+  const cuda::PagedKv kv{rc.k.get(), rc.v.get(), d_tables.get(), d_slot_pos.get(), longest, bs, d_start.get(), d_slots.get()};
+  const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
+  const int rows = int(runs.size());
+  DeviceArray<float> out(want.size()), ws(cuda::paged_attention_workspace(rows, heads, longest));
+  cuda::paged_attention(out.get(), qs.d_q.get(), qs.d_pos.get(), rows, kv, heads, ws.get());
+  const std::vector<float> got = out.to_host(want.size());
+  for (int r = 0; r < rows; ++r)
+    EXPECT_LE(max_abs_diff(std::vector<float>(got.begin() + r * c.q_dim(), got.begin() + (r + 1) * c.q_dim()),
+                           std::vector<float>(want.begin() + r * c.q_dim(), want.begin() + (r + 1) * c.q_dim())),
+              1e-5f)
+        << "row " << r << ": blocks [" << runs[r].first << ", " << runs[r].second << ")";
 }
 
 TEST(GpuAttention, FlashPrefillMatchesCpu) {

@@ -1,7 +1,7 @@
 // Batched steps on the CUDA backend against the CPU: CudaBackend::forward_batch
-// (one pass over all the rows: the decoding sequences share one GEMV per weight,
-// each prefill chunk has its own GEMM, attention goes through each sequence's own
-// block table) must give the logits the CPU's batched pass gives, and eviction
+// (one pass over all the rows: the decoding sequences share one GEMV per weight
+// and one paged attention launch, each prefill chunk has its own GEMM, and every
+// sequence attends through its own block table) must give the logits the CPU's batched pass gives, and eviction
 // must keep the same tokens on both.
 #include "gpu_test.h"
 

@@ -36,6 +36,8 @@ BREAKAGES = [
      "matvec: two bf16 halves swapped"),
     ("kernels/matvec.cu", "const float4 v = x4[size_t(b) * chunks + i];", "const float4 v = x4[i];",
      "matvec: every vector of a batch multiplied as the first"),
+    ("kernels/paged_attention.cu", "const int start = kv.row_start ? kv.row_start[t] : 0;", "const int start = 0;",
+     "paged attention: every row of a batch reads from the start of the tables"),
     ("kernels/eager_attention.cu", "for (int t = sum_from; t < T; ++t) s +=", "for (int t = sum_from + 1; t < T; ++t) s +=",
      "eager attention: the first summed query left out"),
     ("kernels/triattention.cu", "double(gh[f]) * sqrt(re * re + im * im)", "double(gh[f]) * (re * re + im * im)",
