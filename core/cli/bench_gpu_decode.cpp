@@ -110,7 +110,7 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
     }
   }
   std::printf("\nGB read per step = the weight matrices (lm_head once) + each sequence's K/V at the average context.\n"
-              "Each step is about 15 kernel launches per layer, plus two attention launches per sequence per layer,\n"
+              "Each step is 19 kernel launches per layer (2 of them attention, for all the sequences together)\n"
               "and small host<->device copies, launched one by one (no CUDA graphs): for a model this small,\n"
               "launch gaps rather than bandwidth can set the pace.\n");
 }
