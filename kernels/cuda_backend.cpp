@@ -92,7 +92,7 @@ void CudaBackend::linear(float* out, const float* x, const DeviceMatrix& W) {
     if (p.T > 1) gemm(out + size_t(p.row) * W.rows, x + size_t(p.row) * W.cols, W, p.T);
 }
 
-// One sequence's attention in layer l (prefill, or eager): its rows of q against its own block table.
+// One prefill chunk's attention in layer l: its rows of q against its own block table.
 void CudaBackend::piece_attention(const StepPiece& p, int l) {
   const ModelConfig& c = model_.config;
   const Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
@@ -103,7 +103,7 @@ void CudaBackend::piece_attention(const StepPiece& p, int l) {
   const float* q = q_.get() + size_t(p.row) * c.q_dim();
   const int* q_pos = q_pos_.get() + p.row;
   if (p.attention == AttentionPath::Eager) {
-    float* sums = p.prob_sums ? prob_sums_.get() + p.sums_offset + size_t(l) * c.num_heads * p.table_slots : nullptr;
+    float* sums = p.prob_sums ? prob_sums_.get() + l * sums_per_layer_ + p.sums_offset : nullptr;
     eager_attention(out, probs_.get(), sums, p.sum_from, q, q_pos, p.T, kv, heads);
   } else {
     flash_attention(out, q, q_pos, p.T, kv, heads);
@@ -115,9 +115,22 @@ void CudaBackend::piece_attention(const StepPiece& p, int l) {
 void CudaBackend::paged_rows_attention(int l) {
   const ModelConfig& c = model_.config;
   const PagedKv kv{k_.get() + l * layer_floats(), v_.get() + l * layer_floats(), block_table_.get(), slot_pos_.get(),
-                   paged_max_slots_, block_size_, paged_start_.get(), paged_slots_.get()};
+                   paged_max_slots_, block_size_, row_start_.get(), row_slots_.get()};
   paged_attention(att_.get(), q_.get(), q_pos_.get(), paged_rows_, kv, {c.num_heads, c.num_kv_heads, c.head_dim},
                   attention_workspace_.get());
+}
+
+// The decoding sequences that ask for probabilities (H2O; rows paged_rows_ to
+// decode_rows_): one run of the eager kernels for all of them, each row through its
+// own table, each adding its probabilities to its own sums.
+void CudaBackend::eager_rows_attention(int l) {
+  const ModelConfig& c = model_.config;
+  const int first = paged_rows_, n = decode_rows_ - paged_rows_;
+  const PagedKv kv{k_.get() + l * layer_floats(), v_.get() + l * layer_floats(), block_table_.get(), slot_pos_.get(),
+                   eager_max_slots_, block_size_, row_start_.get() + first, row_slots_.get() + first};
+  float* sums = sums_per_layer_ ? prob_sums_.get() + l * sums_per_layer_ : nullptr;
+  eager_attention(att_.get() + size_t(first) * c.q_dim(), probs_.get(), sums, 0, q_.get() + size_t(first) * c.q_dim(),
+                  q_pos_.get() + first, n, kv, {c.num_heads, c.num_kv_heads, c.head_dim}, eager_row_sums_.get());
 }
 
 // Layer l over all rows of the step. Only RoPE's positions, the K/V writes and
@@ -140,7 +153,8 @@ void CudaBackend::layer_forward(int l, std::vector<float>* queries) {
   kv_write(k_.get() + l * layer_floats(), v_.get() + l * layer_floats(), k_new_.get(), v_new_.get(),
            slot_mapping_.get(), T, c.kv_dim());
   if (paged_rows_ > 0) paged_rows_attention(l);
-  for (size_t i = size_t(paged_rows_); i < pieces_.size(); ++i) piece_attention(pieces_[i], l);
+  if (decode_rows_ > paged_rows_) eager_rows_attention(l);
+  for (size_t i = size_t(decode_rows_); i < pieces_.size(); ++i) piece_attention(pieces_[i], l);
   linear(h_.get(), att_.get(), w.o_proj);
   add_inplace(x_.get(), h_.get(), size_t(T) * d);
 
@@ -156,15 +170,17 @@ void CudaBackend::layer_forward(int l, std::vector<float>* queries) {
 // Uploads what the GPU needs to know about a step, in int32: every row's token,
 // slot (block * block_size + slot) and position, and each piece's block table with
 // the position held in each of its slots, the tables one after another; for the
-// leading paged rows, where each one's table starts and how long it is. Sizes the
-// activations and the attention scratch for it.
+// leading decode rows, where each one's table starts and how long it is, and for
+// the eager ones among them where their probability sums go. Sizes the activations
+// and the attention scratch for it.
 void CudaBackend::upload_step(const std::vector<int>& tokens, const std::vector<const Placement*>& placed,
                               const std::vector<const std::vector<int>*>& tables) {
   const ModelConfig& c = model_.config;
   std::vector<int> slot_mapping, q_pos, block_table;
-  std::vector<int> slot_pos;  // -1: a hole, or not written yet
-  std::vector<int> paged_start, paged_slots;  // [paged rows]
-  size_t probs = 0, sums = 0;
+  std::vector<int> slot_pos;                  // -1: a hole, or not written yet
+  std::vector<int> row_start, row_slots;      // [decode rows]
+  size_t probs = 0;                           // floats of P for the largest eager prefill chunk
+  sums_per_layer_ = 0;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     StepPiece& piece = pieces_[i];
     const Placement& p = *placed[i];
@@ -177,35 +193,47 @@ void CudaBackend::upload_step(const std::vector<int>& tokens, const std::vector<
     block_table.insert(block_table.end(), tables[i]->begin(), tables[i]->end());
     slot_pos.resize(slot_pos.size() + size_t(p.table_slots), -1);
     for (size_t k = 0; k < p.keys.pos.size(); ++k) slot_pos[piece.table_offset + p.keys.table_index[k]] = int(p.keys.pos[k]);
-    if (piece.attention == AttentionPath::Eager) probs = std::max(probs, size_t(c.num_heads) * piece.T * p.table_slots);
-    if (is_paged(piece) && paged_start.size() == i) {  // the leading paged pieces
-      paged_start.push_back(piece.table_offset);
-      paged_slots.push_back(piece.table_slots);
+    if (piece.T == 1 && row_start.size() == i) {  // the leading decode pieces
+      row_start.push_back(piece.table_offset);
+      row_slots.push_back(piece.table_slots);
+    } else if (piece.attention == AttentionPath::Eager) {
+      probs = std::max(probs, size_t(c.num_heads) * piece.T * p.table_slots);
     }
     if (piece.prob_sums) {
-      piece.sums_offset = sums;
-      sums += size_t(c.num_layers) * c.num_heads * p.table_slots;
+      piece.sums_offset = sums_per_layer_;
+      sums_per_layer_ += size_t(c.num_heads) * p.table_slots;
     }
   }
+  decode_rows_ = int(row_start.size());
+  paged_rows_ = paged_max_slots_ = 0;
+  for (; paged_rows_ < decode_rows_ && is_paged(pieces_[paged_rows_]); ++paged_rows_)
+    paged_max_slots_ = std::max(paged_max_slots_, row_slots[paged_rows_]);
+  // The eager decode rows: their P padded to the longest of their tables, and where their sums go.
+  std::vector<int64_t> row_sums;  // [eager decode rows]
+  eager_max_slots_ = 0;
+  for (int r = paged_rows_; r < decode_rows_; ++r) {
+    const StepPiece& piece = pieces_[r];
+    row_sums.push_back(piece.prob_sums && piece.sum_from == 0 ? int64_t(piece.sums_offset) : -1);
+    eager_max_slots_ = std::max(eager_max_slots_, piece.table_slots);
+  }
+  probs = std::max(probs, size_t(c.num_heads) * (decode_rows_ - paged_rows_) * eager_max_slots_);
+
   tokens_.upload(tokens);
   slot_mapping_.upload(slot_mapping);
   q_pos_.upload(q_pos);
   block_table_.upload(block_table);
   slot_pos_.upload(slot_pos);
-  paged_start_.upload(paged_start);
-  paged_slots_.upload(paged_slots);
-  paged_rows_ = int(paged_start.size());
-  paged_max_slots_ = paged_rows_ ? *std::max_element(paged_slots.begin(), paged_slots.end()) : 0;
+  row_start_.upload(row_start);
+  row_slots_.upload(row_slots);
+  eager_row_sums_.upload(row_sums);
   probs_.reserve(probs);
   attention_workspace_.reserve(paged_attention_workspace(paged_rows_, {c.num_heads, c.num_kv_heads, c.head_dim},
                                                          paged_max_slots_));
-  prob_sums_.reserve(sums);
-  prob_sums_.zero(sums);
+  prob_sums_.reserve(c.num_layers * sums_per_layer_);
+  prob_sums_.zero(c.num_layers * sums_per_layer_);
 
   // Activations for every row (as RunState).
   rows_ = int(tokens.size());
-  decode_rows_ = 0;  // the leading pieces of one token
-  for (size_t i = 0; i < pieces_.size() && pieces_[i].T == 1; ++i) ++decode_rows_;
   const size_t r = size_t(rows_);
   x_.reserve(r * c.hidden_size);
   h_.reserve(r * c.hidden_size);
@@ -224,12 +252,25 @@ void CudaBackend::run_layers(std::vector<float>* queries) {
   if (queries) queries->resize(size_t(c.num_layers) * rows_ * c.q_dim());
   embed(x_.get(), embed_.data, embed_.type, tokens_.get(), rows_, c.hidden_size);
   for (int l = 0; l < c.num_layers; ++l) layer_forward(l, queries);
-  for (const StepPiece& p : pieces_)
-    if (p.prob_sums) {
-      p.prob_sums->resize(size_t(c.num_layers) * c.num_heads * p.table_slots);
-      CUDA_CHECK(cudaMemcpy(p.prob_sums->data(), prob_sums_.get() + p.sums_offset, p.prob_sums->size() * sizeof(float),
-                            cudaMemcpyDeviceToHost));
+  download_prob_sums();
+}
+
+// Every layer's sums in one copy, then each piece's into its host vector:
+// prob_sums_ is [num_layers, sums_per_layer_], a piece's are [num_layers, n_heads, table_slots].
+void CudaBackend::download_prob_sums() {
+  const ModelConfig& c = model_.config;
+  if (sums_per_layer_ == 0) return;
+  prob_sums_host_.resize(c.num_layers * sums_per_layer_);
+  prob_sums_.download(prob_sums_host_.data(), prob_sums_host_.size());
+  for (const StepPiece& p : pieces_) {
+    if (!p.prob_sums) continue;
+    const size_t n = size_t(c.num_heads) * p.table_slots;
+    p.prob_sums->resize(c.num_layers * n);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const float* from = prob_sums_host_.data() + l * sums_per_layer_ + p.sums_offset;
+      std::copy(from, from + n, p.prob_sums->data() + l * n);
     }
+  }
 }
 
 void CudaBackend::check_pool(const PagedKvCache& cache) const {
@@ -289,11 +330,11 @@ const float* CudaBackend::forward_batch(PagedKvCache& cache, const std::vector<B
   upload_step(tokens, placements, tables);
   run_layers(nullptr);
 
-  // Final norm and lm_head on each item's last row, gathered into h in item order.  [n, hidden]
+  // Final norm and lm_head on each item's last row, gathered into h in item order  [n, hidden]
+  // by the embedding kernel, with x as the table and the rows as the tokens.
   const int d = c.hidden_size, n = int(items.size());
-  for (int i = 0; i < n; ++i)
-    CUDA_CHECK(cudaMemcpy(h_.get() + size_t(i) * d, x_.get() + size_t(last_row[i]) * d, d * sizeof(float),
-                          cudaMemcpyDeviceToDevice));
+  last_rows_.upload(last_row);
+  embed(h_.get(), x_.get(), WeightType::F32, last_rows_.get(), n, d);
   rmsnorm(h_.get(), h_.get(), final_norm_, n, d, c.rms_norm_eps);
   logits_.reserve(size_t(n) * c.vocab_size);
   gemv(logits_.get(), h_.get(), lm_head_, n);  // as a lone forward does for its last token

@@ -16,7 +16,8 @@
 // all its rows, laid out as the CPU lays them: the decoding sequences' rows share
 // one GEMV per weight matrix, each prefill chunk gets its own GEMM; the decoding
 // sequences share one paged attention launch (each row through its own block
-// table), and the flash or eager kernel runs once per remaining sequence.
+// table), those that need probabilities (H2O) share one run of the eager kernels,
+// and each prefill chunk gets the flash or eager kernel to itself.
 #pragma once
 
 #include <map>
@@ -70,7 +71,7 @@ class CudaBackend final : public Backend {
     std::vector<float>* prob_sums = nullptr; // eager only: [num_layers, n_heads, table_slots] on the host
     int table_offset = 0;                    // its block table starts at logical slot table_offset of the step's tables
     int table_slots = 0;                     // slots its table spans
-    size_t sums_offset = 0;                  // its prob sums in prob_sums_
+    size_t sums_offset = 0;                  // its [n_heads, table_slots] sums in each layer's part of prob_sums_
   };
   // Decoding without probabilities: these rows share one paged attention launch.
   static bool is_paged(const StepPiece& p) { return p.T == 1 && p.attention != AttentionPath::Eager; }
@@ -82,6 +83,8 @@ class CudaBackend final : public Backend {
   void layer_forward(int layer, std::vector<float>* queries);
   void piece_attention(const StepPiece& p, int layer);
   void paged_rows_attention(int layer);
+  void eager_rows_attention(int layer);
+  void download_prob_sums();
   void linear(float* out, const float* x, const DeviceMatrix& W);  // every row of the step
   void gemv(float* out, const float* x, const DeviceMatrix& W, int n);
   void gemm(float* out, const float* x, const DeviceMatrix& W, int T);
@@ -103,17 +106,23 @@ class CudaBackend final : public Backend {
   DeviceArray<float> k_, v_;
 
   // The step: its pieces in row order, rows_ rows in all, of which the first decode_rows_
-  // are decoding sequences (one row each), and of those the first paged_rows_ are paged
-  // (is_paged), their tables at most paged_max_slots_ slots long.
+  // are decoding sequences (one row each). Of those, the first paged_rows_ are paged
+  // (is_paged), their tables at most paged_max_slots_ slots long; the rest are eager
+  // (they ask for probabilities), their tables at most eager_max_slots_ long.
   std::vector<StepPiece> pieces_;
-  int rows_ = 0, decode_rows_ = 0, paged_rows_ = 0, paged_max_slots_ = 0;
+  int rows_ = 0, decode_rows_ = 0, paged_rows_ = 0, paged_max_slots_ = 0, eager_max_slots_ = 0;
+  size_t sums_per_layer_ = 0;  // floats of prob_sums_ per layer: every summing piece's [n_heads, table_slots]
   // Per step, from the host: [rows] token ids, slots, positions; the pieces' block tables
   // one after another, and the position in each of their slots.
   DeviceArray<int> tokens_, slot_mapping_, q_pos_, block_table_, slot_pos_;
-  DeviceArray<int> paged_start_, paged_slots_;  // [paged rows] where each one's table starts in them, its length
+  DeviceArray<int> row_start_, row_slots_;  // [decode rows] where each one's table starts in them, its length
+  DeviceArray<int64_t> eager_row_sums_;     // [eager decode rows] where each one's sums start in a layer's, or -1
+  DeviceArray<int> last_rows_;              // [items] each item's last row (its logits' row)
   // Activations (as RunState) and scratch.
   DeviceArray<float> x_, h_, q_, k_new_, v_new_, att_, gate_, up_, logits_;
-  DeviceArray<float> gemm_scratch_, attention_workspace_, probs_, prob_sums_;
+  DeviceArray<float> gemm_scratch_, attention_workspace_, probs_;
+  DeviceArray<float> prob_sums_;        // [num_layers, sums_per_layer_]
+  std::vector<float> prob_sums_host_;   // the same, downloaded once per step
   std::vector<float> logits_host_;  // [T or items, vocab] the last answer
   // Compaction and TriAttention inputs.
   DeviceArray<int> move_from_, move_to_, score_slots_;

@@ -26,6 +26,7 @@
 #include "common.cuh"
 #include "cuda_check.h"
 #include "kernels.h"
+#include "paged_kv.cuh"
 
 namespace kvscope::cuda {
 
@@ -77,8 +78,7 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
       const int jj = e / hd, d = e % hd, j = j0 + jj;
       float kx = 0.0f, vx = 0.0f;
       if (j < kv.table_slots) {
-        const size_t row = (size_t(kv.block_table[j / kv.block_size]) * kv.block_size + j % kv.block_size) * kv_dim +
-                           size_t(kv_head) * hd;
+        const size_t row = slot_row(kv.block_table, kv.block_size, j) * kv_dim + size_t(kv_head) * hd;
         kx = kv.k[row + d];
         vx = kv.v[row + d];
       }

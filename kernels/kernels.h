@@ -61,8 +61,8 @@ struct PagedKv {
   const int* slot_pos = nullptr;       // [table_slots]  position of the token in each logical slot, -1 = empty
   int table_slots = 0;                 // logical slots the table spans: blocks * block_size
   int block_size = 0;
-  // paged_attention only: one table per query row, for several sequences decoding in
-  // one launch (as vLLM's block_tables). Row t reads the slots [row_start[t],
+  // paged_attention and eager_attention: one table per query row, for several sequences
+  // decoding in one launch (as vLLM's block_tables). Row t reads the slots [row_start[t],
   // row_start[t] + row_slots[t]) of block_table and slot_pos; row_start[t] is a
   // multiple of block_size, and table_slots is then the longest row_slots.
   const int* row_start = nullptr;      // [T]
@@ -91,8 +91,11 @@ void flash_attention(float* out, const float* q, const int* q_pos, int T, const 
 // is not null, adds to prob_sums[h, j] the probability head h's queries t >= sum_from gave
 // slot j (what H2O and SnapKV need; CPU: attention_eager).                 (eager_attention.cu)
 //   probs: [n_heads, T, table_slots] (workspace)   prob_sums: [n_heads, table_slots]
+// With kv.row_start set (decoding sequences, one row each, every row its own table),
+// sum_from is not used: row t's sums are at prob_sums + row_sums[t], [n_heads, row_slots[t]],
+// and a row whose row_sums[t] is -1 is not summed.   row_sums: [T]
 void eager_attention(float* out, float* probs, float* prob_sums, int sum_from, const float* q, const int* q_pos,
-                     int T, const PagedKv& kv, Heads h);
+                     int T, const PagedKv& kv, Heads h, const int64_t* row_sums = nullptr);
 
 // TriAttention's key scores for n cached keys, every layer (CPU: key_scores in model/attention.h):
 //   raw[(l * n_heads + h) * n + i] = w[l, h] . k_i + gap[l, h] . |k_i|     in double

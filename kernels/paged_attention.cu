@@ -32,6 +32,7 @@
 #include "common.cuh"
 #include "cuda_check.h"
 #include "kernels.h"
+#include "paged_kv.cuh"
 
 namespace kvscope::cuda {
 
@@ -46,11 +47,6 @@ size_t paged_attention_workspace(int T, Heads h, int table_slots) {
   return size_t(T) * h.n_heads * slices(table_slots) * (h.head_dim + 2);
 }
 
-// Where slot j of a table lives: its row in this layer's K (or V) array.
-__device__ __forceinline__ size_t slot_row(const int* table, int block_size, int j) {
-  return size_t(table[j / block_size]) * block_size + j % block_size;
-}
-
 __global__ void paged_attention_slice_kernel(float* workspace, const float* q, const int* q_pos, PagedKv kv, Heads hs,
                                              float scale) {
   const int h = blockIdx.x, slice = blockIdx.y, t = blockIdx.z;
@@ -58,11 +54,7 @@ __global__ void paged_attention_slice_kernel(float* workspace, const float* q, c
   const int hd = hs.head_dim, kv_dim = hs.n_kv_heads * hd;
   const int kv_head = h / (hs.n_heads / hs.n_kv_heads);
   const int p_query = q_pos[t];
-  // Query row t's table: the whole of kv's, or its own row of a batch.
-  const int start = kv.row_start ? kv.row_start[t] : 0;
-  const int n_slots = kv.row_start ? kv.row_slots[t] : kv.table_slots;
-  const int* table = kv.block_table + start / kv.block_size;
-  const int* slot_pos = kv.slot_pos + start;
+  const RowTable table = row_table(kv, t);  // the whole of kv's, or row t's own in a batch
 
   // This lane's dimensions of the query, and its share of the running output.
   const float* qh = q + (size_t(t) * hs.n_heads + h) * hd;
@@ -75,11 +67,11 @@ __global__ void paged_attention_slice_kernel(float* workspace, const float* q, c
   }
   float m = -INFINITY, l = 0.0f;
 
-  const int begin = slice * kSliceSlots, end = min(begin + kSliceSlots, n_slots);
+  const int begin = slice * kSliceSlots, end = min(begin + kSliceSlots, table.slots);
   for (int j = begin + warp; j < end; j += kWarps) {
-    const int p = slot_pos[j];
+    const int p = table.slot_pos[j];
     if (p < 0 || p > p_query) continue;  // a hole, or a token the query may not see (same j: the warp agrees)
-    const size_t row = slot_row(table, kv.block_size, j) * kv_dim + size_t(kv_head) * hd;
+    const size_t row = slot_row(table.blocks, kv.block_size, j) * kv_dim + size_t(kv_head) * hd;
     const float* k = kv.k + row;
     const float* v = kv.v + row;
 

@@ -101,58 +101,132 @@ TEST(GpuAttention, PagedDecodeKernelTakesSeveralQueries) {
   EXPECT_LE(max_abs_diff(out.to_host(want.size()), want), 1e-5f);
 }
 
+// A batch of decoding sequences for one launch: query row r reads its own table,
+// here a run of blocks [first, last) of one random cache's table, laid one after
+// another as the CUDA backend lays them, with the live keys each row sees.
+struct RowBatch {
+  std::vector<std::pair<int, int>> runs;  // [rows] the blocks of rc's table each row reads
+  std::vector<LiveSlots> keys;            // [rows] the live keys of its run, table_index from the run's start
+  std::vector<int64_t> pos;               // [rows] its query's position: sees most of its keys
+  std::vector<int> row_start, row_slots;  // as in PagedKv
+  int longest = 0;
+  DeviceArray<int> d_tables, d_slot_pos, d_start, d_slots;
+
+  RowBatch(const RandomPagedCache& rc, std::vector<std::pair<int, int>> blocks) : runs(std::move(blocks)), keys(runs.size()) {
+    const int bs = rc.cache.block_size();
+    const LiveSlots all = live_slots(rc.cache, rc.seq);
+    std::vector<int> tables, slot_pos;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const auto [first, last] = runs[r];
+      row_start.push_back(int(slot_pos.size()));
+      row_slots.push_back((last - first) * bs);
+      tables.insert(tables.end(), rc.blocks.begin() + first, rc.blocks.begin() + last);
+      slot_pos.insert(slot_pos.end(), rc.slot_pos.begin() + first * bs, rc.slot_pos.begin() + last * bs);
+      for (size_t i = 0; i < all.slots.size(); ++i)
+        if (all.table_index[i] >= first * bs && all.table_index[i] < last * bs) {
+          keys[r].slots.push_back(all.slots[i]);
+          keys[r].pos.push_back(all.pos[i]);
+          keys[r].table_index.push_back(all.table_index[i] - first * bs);
+        }
+      pos.push_back(keys[r].pos.empty() ? 0 : *std::max_element(keys[r].pos.begin(), keys[r].pos.end()) - int64_t(r));
+    }
+    longest = *std::max_element(row_slots.begin(), row_slots.end());
+    d_tables.upload(tables);
+    d_slot_pos.upload(slot_pos);
+    d_start.upload(row_start);
+    d_slots.upload(row_slots);
+  }
+  int rows() const { return int(runs.size()); }
+  // Every row's query sees at least one of its keys (else its softmax has nothing to normalise).
+  bool every_row_sees_a_key() const {
+    for (size_t r = 0; r < runs.size(); ++r)
+      if (keys[r].pos.empty() || *std::min_element(keys[r].pos.begin(), keys[r].pos.end()) > pos[r]) return false;
+    return true;
+  }
+  cuda::PagedKv layer(RandomPagedCache& rc, int l) const {
+    const cuda::PagedKv one = rc.layer(l);
+    return {one.k, one.v, d_tables.get(), d_slot_pos.get(), longest, one.block_size, d_start.get(), d_slots.get()};
+  }
+  std::string row(int r) const {
+    return "row " + std::to_string(r) + ": blocks [" + std::to_string(runs[r].first) + ", " + std::to_string(runs[r].second) + ")";
+  }
+};
+
+// Elements [r * n, (r + 1) * n) of v.
+std::vector<float> part(const std::vector<float>& v, size_t r, size_t n) {
+  return std::vector<float>(v.begin() + r * n, v.begin() + (r + 1) * n);
+}
+
 TEST(GpuAttention, PagedDecodeRowsReadTheirOwnTables) {
   KVSCOPE_REQUIRE_GPU();
-  // A batch of decoding sequences in one launch: query row r reads its own table,
-  // here a run of blocks [first, last) of one random cache's table, laid one after
-  // another as the CUDA backend lays them. Row 3's single block leaves 6 of the 7
-  // slices empty; row 1 starts mid-table. Each row against the CPU on its own keys.
+  // Row 3's single block leaves 6 of the 7 slices empty; row 1 starts mid-table.
+  // Each row against the CPU on its own keys.
   const ModelConfig c = test::attention_config(1, 16, 8, 128);
   RandomPagedCache rc(c, 1600, 60, 16, 21);
-  const int bs = rc.cache.block_size(), n_blocks = int(rc.blocks.size());
-  const std::vector<std::pair<int, int>> runs = {{0, 3}, {2, n_blocks}, {0, n_blocks}, {5, 6}, {0, n_blocks / 2}};
-  const LiveSlots all = live_slots(rc.cache, rc.seq);
-  std::vector<int> tables, slot_pos, row_start, row_slots;
-  std::vector<int64_t> pos;
-  std::vector<LiveSlots> keys(runs.size());
-  for (size_t r = 0; r < runs.size(); ++r) {
-    const auto [first, last] = runs[r];
-    row_start.push_back(int(slot_pos.size()));
-    row_slots.push_back((last - first) * bs);
-    tables.insert(tables.end(), rc.blocks.begin() + first, rc.blocks.begin() + last);
-    slot_pos.insert(slot_pos.end(), rc.slot_pos.begin() + first * bs, rc.slot_pos.begin() + last * bs);
-    for (size_t i = 0; i < all.slots.size(); ++i)
-      if (all.table_index[i] >= first * bs && all.table_index[i] < last * bs) {
-        keys[r].slots.push_back(all.slots[i]);
-        keys[r].pos.push_back(all.pos[i]);
-        keys[r].table_index.push_back(all.table_index[i] - first * bs);
-      }
-    ASSERT_FALSE(keys[r].pos.empty());
-    pos.push_back(*std::max_element(keys[r].pos.begin(), keys[r].pos.end()) - int64_t(r));  // sees most of them
-  }
-  Queries qs(c, pos, 22);
+  const int n_blocks = int(rc.blocks.size());
+  const RowBatch b(rc, {{0, 3}, {2, n_blocks}, {0, n_blocks}, {5, 6}, {0, n_blocks / 2}});
+  ASSERT_TRUE(b.every_row_sees_a_key());
+  Queries qs(c, b.pos, 22);
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
   std::vector<float> want(qs.q.size());
-  for (size_t r = 0; r < runs.size(); ++r)
-    attention_flash(want.data() + r * c.q_dim(), qs.q.data() + r * c.q_dim(), &qs.pos[r], 1, keys[r], rc.kv, 0, shape);
+  for (int r = 0; r < b.rows(); ++r)
+    attention_flash(want.data() + r * c.q_dim(), qs.q.data() + r * c.q_dim(), &qs.pos[r], 1, b.keys[r], rc.kv, 0, shape);
 
-  DeviceArray<int> d_tables, d_slot_pos, d_start, d_slots;
-  d_tables.upload(tables);
-  d_slot_pos.upload(slot_pos);
-  d_start.upload(row_start);
-  d_slots.upload(row_slots);
-  const int longest = *std::max_element(row_slots.begin(), row_slots.end());
-  const cuda::PagedKv kv{rc.k.get(), rc.v.get(), d_tables.get(), d_slot_pos.get(), longest, bs, d_start.get(), d_slots.get()};
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
-  const int rows = int(runs.size());
-  DeviceArray<float> out(want.size()), ws(cuda::paged_attention_workspace(rows, heads, longest));
-  cuda::paged_attention(out.get(), qs.d_q.get(), qs.d_pos.get(), rows, kv, heads, ws.get());
+  DeviceArray<float> out(want.size()), ws(cuda::paged_attention_workspace(b.rows(), heads, b.longest));
+  cuda::paged_attention(out.get(), qs.d_q.get(), qs.d_pos.get(), b.rows(), b.layer(rc, 0), heads, ws.get());
   const std::vector<float> got = out.to_host(want.size());
-  for (int r = 0; r < rows; ++r)
-    EXPECT_LE(max_abs_diff(std::vector<float>(got.begin() + r * c.q_dim(), got.begin() + (r + 1) * c.q_dim()),
-                           std::vector<float>(want.begin() + r * c.q_dim(), want.begin() + (r + 1) * c.q_dim())),
-              1e-5f)
-        << "row " << r << ": blocks [" << runs[r].first << ", " << runs[r].second << ")";
+  for (int r = 0; r < b.rows(); ++r) EXPECT_LE(max_abs_diff(part(got, r, c.q_dim()), part(want, r, c.q_dim())), 1e-5f) << b.row(r);
+}
+
+TEST(GpuAttention, EagerDecodeRowsReadTheirOwnTablesAndSums) {
+  KVSCOPE_REQUIRE_GPU();
+  // Several sequences decoding under H2O in one run of the eager kernels: row r reads
+  // its own table (of different lengths, so the shorter rows' P is padded) and adds its
+  // probabilities to its own sums. Row 2 is not summed (row_sums -1): its sums stay 0.
+  const ModelConfig c = test::attention_config(2, 8, 2, 64);
+  RandomPagedCache rc(c, 700, 40, 16, 23);
+  const int n_blocks = int(rc.blocks.size());
+  const RowBatch b(rc, {{1, 4}, {0, n_blocks}, {3, 5}, {6, 7}, {0, n_blocks - 2}});
+  ASSERT_TRUE(b.every_row_sees_a_key());
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
+  const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
+  Queries qs(c, b.pos, 24);
+  std::vector<int64_t> row_sums;  // row r's sums: [n_heads, row_slots[r]] one after another
+  int64_t total = 0;
+  for (int r = 0; r < b.rows(); ++r) {
+    row_sums.push_back(r == 2 ? -1 : total);
+    total += int64_t(c.num_heads) * b.row_slots[r];
+  }
+  DeviceArray<int64_t> d_row_sums;
+  d_row_sums.upload(row_sums);
+
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    std::vector<float> want(qs.q.size()), want_sums(size_t(total), 0.0f);
+    int64_t at = 0;
+    for (int r = 0; r < b.rows(); ++r) {
+      float* sums = r == 2 ? nullptr : want_sums.data() + at;
+      attention_eager(want.data() + r * c.q_dim(), qs.q.data() + r * c.q_dim(), &qs.pos[r], 1, b.keys[r], rc.kv, layer,
+                      shape, 0, sums, b.row_slots[r]);
+      at += int64_t(c.num_heads) * b.row_slots[r];
+    }
+    DeviceArray<float> out(want.size()), probs(size_t(c.num_heads) * b.rows() * b.longest), sums(want_sums.size());
+    sums.zero(want_sums.size());
+    cuda::eager_attention(out.get(), probs.get(), sums.get(), 0, qs.d_q.get(), qs.d_pos.get(), b.rows(),
+                          b.layer(rc, layer), heads, d_row_sums.get());
+    const std::vector<float> got = out.to_host(want.size()), got_sums = sums.to_host(want_sums.size());
+    at = 0;
+    for (int r = 0; r < b.rows(); ++r) {
+      const size_t n = size_t(c.num_heads) * b.row_slots[r];
+      EXPECT_LE(max_abs_diff(part(got, r, c.q_dim()), part(want, r, c.q_dim())), 1e-5f) << "output, " << b.row(r);
+      const std::vector<float> g(got_sums.begin() + at, got_sums.begin() + at + n), w(want_sums.begin() + at, want_sums.begin() + at + n);
+      EXPECT_LE(max_abs_diff(g, w), 1e-5f) << "prob_sums, " << b.row(r);
+      if (r == 2) EXPECT_EQ(g, std::vector<float>(n, 0.0f)) << "a row with row_sums -1 adds nothing";
+      else EXPECT_GT(*std::max_element(g.begin(), g.end()), 0.0f) << b.row(r);
+      at += int64_t(n);
+    }
+  }
 }
 
 TEST(GpuAttention, FlashPrefillMatchesCpu) {

@@ -1,11 +1,16 @@
 // Batched steps on the CUDA backend against the CPU: CudaBackend::forward_batch
-// (one pass over all the rows: the decoding sequences share one GEMV per weight
-// and one paged attention launch, each prefill chunk has its own GEMM, and every
-// sequence attends through its own block table) must give the logits the CPU's batched pass gives, and eviction
-// must keep the same tokens on both.
+// (one pass over all the rows: the decoding sequences share one GEMV per weight,
+// one paged attention launch for those that need no probabilities and one run of the
+// eager kernels for those that do, each prefill chunk has its own GEMM, and every
+// sequence attends through its own block table) must give the logits the CPU's
+// batched pass gives, and eviction must keep the same tokens on both.
 #include "gpu_test.h"
 
 #ifdef KVSCOPE_HAVE_CUDA
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "cuda_backend.h"
 #include "engine/engine.h"
 #include "model/weights.h"
@@ -14,20 +19,29 @@
 namespace kvscope {
 namespace {
 
+// A policy factory that hands the sequences the given policies in turn.
+PolicyFactory in_turn(std::vector<std::string> policies) {
+  return [policies, next = std::make_shared<size_t>(0)] { return make_policy(policies[(*next)++ % policies.size()], 1); };
+}
+
 // n sequences join one step apart and prefill 7 + i tokens in chunks of 4, then
-// decode, for `steps` steps, on the CPU and on the GPU side by side. Each step's
-// logits must agree within 1e-4, and after every step the same positions must be live.
-void serve_on_both(const std::string& model, const char* policy, int n, int steps) {
-  SCOPED_TRACE(std::string(model) + ", " + policy + ", " + std::to_string(n) + " sequences");
+// decode, for `steps` steps, on the CPU and on the GPU side by side; sequence i
+// under policies[i % policies.size()]. Each step's logits must agree within 1e-4,
+// and after every step the same positions must be live.
+void serve_on_both(const std::string& model, const std::vector<std::string>& policies, int n, int steps) {
+  std::string names;
+  for (const std::string& p : policies) names += p + " ";
+  SCOPED_TRACE(std::string(model) + ", " + names + std::to_string(n) + " sequences");
   const Model m = load_model(test::tiny_model(model));
   EngineConfig c;
   c.num_blocks = 16 * n;
   c.block_size = 4;
   c.strategy = MemoryStrategy::Compact;
   c.schedule = {12, 6, 2, 5};
-  c.policy = [policy] { return make_policy(policy, 1); };
+  c.policy = in_turn(policies);
   Engine cpu(m, c);
   c.backend = cuda::make_backend;
+  c.policy = in_turn(policies);
   Engine gpu(m, c);
   const int vocab = m.config.vocab_size;
   std::vector<int> seqs;
@@ -60,17 +74,25 @@ void serve_on_both(const std::string& model, const char* policy, int n, int step
   EXPECT_EQ(int(most_decoding), n) << "every sequence should decode in the same step at least once";
 }
 
-// H2O asks for the attention probabilities at every step: the eager kernel, per sequence.
+// H2O asks for the attention probabilities at every step: the decoding sequences
+// share one run of the eager kernels, each through its own table into its own sums.
 TEST(GpuServe, BatchedStepsMatchTheCpu) {
   KVSCOPE_REQUIRE_GPU();
-  serve_on_both("tiny-untied", "h2o", 3, 40);
+  serve_on_both("tiny-untied", {"h2o"}, 3, 40);
 }
 
 // 11 decoding sequences: the GEMV takes its rows in two passes (8, then 3).
 TEST(GpuServe, ElevenSequencesMatchTheCpu) {
   KVSCOPE_REQUIRE_GPU();
-  serve_on_both("tiny-tied", "streaming", 11, 22);
-  serve_on_both("tiny-tied", "snapkv", 11, 22);
+  serve_on_both("tiny-tied", {"streaming"}, 11, 22);
+  serve_on_both("tiny-tied", {"snapkv"}, 11, 22);
+}
+
+// Streaming and H2O sequences in the same steps: the decode rows split into a paged
+// launch (streaming's) and an eager one (H2O's), which starts at the first H2O row.
+TEST(GpuServe, PagedAndEagerRowsShareAStep) {
+  KVSCOPE_REQUIRE_GPU();
+  serve_on_both("tiny-untied", {"h2o", "streaming"}, 5, 30);
 }
 
 }  // namespace
