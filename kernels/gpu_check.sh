@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # kernels/gpu_check.sh: the one run on a machine with a CUDA GPU.
 #
-# Lists the devices, runs the GPU tests and the GPU benchmarks, and writes the
-# commands with their full output to a Markdown report:
+# Lists the devices, runs the GPU tests, the GPU benchmarks and the kernel tests
+# under compute-sanitizer, and writes the commands with their full output to a
+# Markdown report:
 #   $OUT/gpu-results.md when OUT is set, else docs/gpu-results.md
-# Every step has a time limit; a failed step is recorded and the next one runs.
+# Every step has a time limit, and all of them together a budget (BUDGET, default
+# 540 s, under the device tool's 600 s a call): a step gets the smaller of its own
+# limit and what is left, and once less than 10 s is left the rest are listed as
+# skipped. A failed step is recorded and the next one runs.
 #
 # The GPU machine this project is lent has CUDA 13, CMake and a compiler; the
 # Debian packages kvscope builds against (Eigen, CLI11, PCRE2, utf8proc,
@@ -30,14 +34,22 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-16}
+BUDGET=${BUDGET:-540}
+started=$SECONDS
 if [ -n "${OUT:-}" ]; then REPORT=$OUT/gpu-results.md; else REPORT=docs/gpu-results.md; fi
 mkdir -p "$(dirname "$REPORT")"
 
 # run LIMIT_SECONDS COMMAND...: the command and its output (stdout and stderr) into
 # the report as a code block, and on the terminal; returns the command's exit code.
+# The limit is cut to what is left of BUDGET; with under 10 s left the command is skipped.
 run() {
-  local limit=$1
+  local limit=$1 left=$((BUDGET - (SECONDS - started)))
   shift
+  if [ "$left" -lt 10 ]; then
+    printf '\n(skipped, %s s of the %s s budget left): %s\n' "$left" "$BUDGET" "$*" | tee -a "$REPORT"
+    return 124
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   { echo; echo '```'; echo "\$ $*"; } | tee -a "$REPORT"
   timeout "$limit" "$@" 2>&1 | tee -a "$REPORT"
   local rc=${PIPESTATUS[0]}
@@ -115,5 +127,15 @@ run 120 "$BUILD/kvscope" bench gpu-decode
 section "Serving" "Many requests through one pool on the GPU, under each memory strategy (the scheduler and policies on the host, every batched step on the GPU)."
 run 120 "$BUILD/kvscope" serve-bench --device cuda --config assets/configs/qwen3-0.6b-config.json --requests 16 --prompt-len 256 --output-len 128 --repeat 1
 
-echo
+section "Sanitizers" "The kernel tests under compute-sanitizer: racecheck (shared-memory races between a block's threads, which the CPU stand-in, running threads in one order, cannot see) and memcheck (out-of-bounds and misaligned accesses). Last, with what is left of the budget."
+sanitizer=$(command -v compute-sanitizer || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ] && echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"; })
+if [ -n "$sanitizer" ]; then
+  kernel_tests='GpuKernels*:GpuAttention*:GpuCompaction*'
+  run 90 "$sanitizer" --tool racecheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$kernel_tests"
+  run 90 "$sanitizer" --tool memcheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$kernel_tests"
+else
+  echo "compute-sanitizer was not found; not run." | tee -a "$REPORT"
+fi
+
+printf '\n(the whole run: %s s)\n' "$((SECONDS - started))" | tee -a "$REPORT"
 echo "report: $REPORT"
