@@ -4,7 +4,8 @@
 # Lists the devices, runs the GPU tests, the GPU benchmarks and the kernel tests
 # under compute-sanitizer, and writes the commands with their full output to a
 # Markdown report:
-#   $OUT/gpu-results.md when OUT is set, else docs/gpu-results.md
+#   $OUT/gpu-results.md when OUT is set, else kernels/gpu-results.md, beside this
+#   script (the design card fixes the top level, which has no docs/)
 # Every step has a time limit, and all of them together a budget (BUDGET, default
 # 540 s, under the device tool's 600 s a call): a step gets the smaller of its own
 # limit and what is left, and once less than 10 s is left the rest are listed as
@@ -24,7 +25,7 @@
 #
 # With this project's device tool: run(command="bash kernels/gpu_check.sh", timeout_s=600,
 # carry=["build-gpu/kvscope", "build-gpu/kvscope_tests", "build-gpu/lib"]); the report
-# comes back as gpu-results.md, to be committed as docs/gpu-results.md.
+# comes back as gpu-results.md, to be committed as kernels/gpu-results.md.
 #
 # The programs find the repository's files (test models, configs) by the absolute
 # path they were built in; where the copy lives elsewhere, a symbolic link at that
@@ -36,7 +37,7 @@ BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-16}
 BUDGET=${BUDGET:-540}
 started=$SECONDS
-if [ -n "${OUT:-}" ]; then REPORT=$OUT/gpu-results.md; else REPORT=docs/gpu-results.md; fi
+if [ -n "${OUT:-}" ]; then REPORT=$OUT/gpu-results.md; else REPORT=kernels/gpu-results.md; fi
 mkdir -p "$(dirname "$REPORT")"
 
 # run LIMIT_SECONDS COMMAND...: the command and its output (stdout and stderr) into
