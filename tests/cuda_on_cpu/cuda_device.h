@@ -6,16 +6,18 @@
 // operations by the same tests (tests/gpu_*_test.cpp) that run on a real GPU.
 //
 // How a launch runs (runtime.cpp):
-//   - the blocks of the grid run one after another;
+//   - the blocks of the grid run one after another (first to last, or the reverse);
 //   - the threads of a block are fibers (ucontext), each on its own stack, run
-//     one at a time until they reach a barrier or return;
+//     one at a time until they reach a barrier or return: all of them in turn,
+//     first to last, or (CUDA_ON_CPU_ORDER=reverse) one warp as far as it can go,
+//     last to first, so that a missing barrier shows whichever way data flows;
 //   - __syncthreads() waits until every thread of the block is there;
 //   - __shfl_xor_sync: each lane offers its value, waits for its warp, and reads
 //     its partner's;
 //   - a function-level `__shared__` array becomes `static`: one per kernel, and
 //     blocks do not overlap, so it is exactly the block's shared memory.
 //
-// What this cannot show: speed, real concurrency (threads run in one valid order,
+// What this cannot show: speed, real concurrency (threads run in two valid orders,
 // not all orders), the GPU's expf/sinf rounding, cuBLAS (a plain SGEMM stands in),
 // or the hardware's limits beyond the launch checks in runtime.cpp. Results from it
 // are never GPU results.

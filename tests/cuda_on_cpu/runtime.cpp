@@ -220,19 +220,58 @@ bool release_barriers(int n) {
   return true;
 }
 
-// Every thread runs until it waits or returns, in thread order; then the barriers
-// that everyone reached open, and so on until all have returned.
+// The order threads and blocks run in, CUDA_ON_CPU_ORDER:
+//   forward (the default)  blocks from the first; within a block, rounds in which every
+//                          thread runs to its next barrier or shuffle, thread 0 first,
+//                          so the warps keep in step;
+//   reverse                blocks from the last; within a block, one warp at a time runs
+//                          as far as it can (to a __syncthreads or its end), the last warp
+//                          first, its lanes from the last: a warp races ahead of the rest.
+// A read that depends on another thread's write with no barrier between them gives the
+// wrong answer in one of the two, whichever way the data flows, so the tests run in both.
+bool reverse_order() {
+  static const bool reverse = [] {
+    const char* order = std::getenv("CUDA_ON_CPU_ORDER");
+    if (!order || std::string(order) == "forward") return false;
+    if (std::string(order) == "reverse") return true;
+    fail(std::string("CUDA_ON_CPU_ORDER is '") + order + "': forward or reverse");
+  }();
+  return reverse;
+}
+
+// Runs the threads that can run, in the order above, until each waits or returns.
+void run_round(int n) {
+  if (!reverse_order()) {
+    for (int i = 0; i < n; ++i)
+      if (threads[size_t(i)].state == State::Runnable) run(i);
+    return;
+  }
+  for (int w0 = (n - 1) / kWarp * kWarp; w0 >= 0; w0 -= kWarp) {  // the last warp with a runnable lane
+    bool any = false;
+    for (int i = std::min(w0 + kWarp, n) - 1; i >= w0; --i)
+      if (threads[size_t(i)].state == State::Runnable) {
+        run(i);
+        any = true;
+      }
+    if (any) return;
+  }
+}
+
+// Rounds of run_round, each followed by opening the barriers that everyone
+// concerned has reached, until every thread has returned.
 void run_block(int n) {
   for (int i = 0; i < n; ++i) threads[size_t(i)].state = State::Runnable;
   shuffles.assign(size_t(n), 0);
   for (;;) {
-    for (int i = 0; i < n; ++i)
-      if (threads[size_t(i)].state == State::Runnable) run(i);
+    run_round(n);
     running = -1;
-    bool any_live = false;
-    for (int i = 0; i < n; ++i) any_live |= threads[size_t(i)].state != State::Returned;
+    bool any_live = false, any_runnable = false;  // reverse runs one warp a round: others may still run
+    for (int i = 0; i < n; ++i) {
+      any_live |= threads[size_t(i)].state != State::Returned;
+      any_runnable |= threads[size_t(i)].state == State::Runnable;
+    }
     if (!any_live) return;
-    if (!release_barriers(n)) {
+    if (!release_barriers(n) && !any_runnable) {
       std::string states;  // R runnable, B at __syncthreads, W in a shuffle, . returned
       for (int i = 0; i < n; ++i) states += "RBW."[int(threads[size_t(i)].state)];
       fail("deadlock in block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) + ", " +
@@ -276,12 +315,12 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void
   kernel = &thread;
   gridDim = grid;
   blockDim = block;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = dim3(x, y, z);
-        run_block(int(n));
-      }
+  const size_t blocks = size_t(grid.x) * grid.y * grid.z;
+  for (size_t k = 0; k < blocks; ++k) {
+    const size_t b = reverse_order() ? blocks - 1 - k : k;  // x fastest, then y, then z
+    blockIdx = dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (size_t(grid.x) * grid.y)));
+    run_block(int(n));
+  }
   kernel = nullptr;
 }
 
