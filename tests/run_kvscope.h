@@ -1,5 +1,5 @@
-// Runs the kvscope program from a test: its exit code and its output (stdout and
-// stderr together), as a user at a terminal would see them.
+// Runs the kvscope program (or any command) from a test: its exit code and its
+// output (stdout and stderr together), as a user at a terminal would see them.
 #pragma once
 
 #include <sys/wait.h>
@@ -16,8 +16,9 @@ struct ProgramRun {
   std::string output;  // stdout and stderr
 };
 
-inline ProgramRun run_kvscope(const std::string& args) {
-  const std::string cmd = binary_path("kvscope") + " " + args + " 2>&1";
+// A shell command line, with its stderr joined to its stdout.
+inline ProgramRun run_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -26,5 +27,7 @@ inline ProgramRun run_kvscope(const std::string& args) {
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+inline ProgramRun run_kvscope(const std::string& args) { return run_command(binary_path("kvscope") + " " + args); }
 
 }  // namespace kvscope::test

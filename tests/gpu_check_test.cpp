@@ -1,0 +1,82 @@
+// kernels/gpu_check.sh is the one run a lent GPU machine gets: minutes of device
+// time, rarely, with no second try. So it is dry-run here, with stand-ins for its
+// two programs (shell scripts that print their arguments and sleep): it must write
+// every step's command to the report, keep inside its time budget by listing what
+// does not fit as skipped, and exit 0. What the real programs print is the GPU
+// tests' and benchmarks' business.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "run_kvscope.h"
+
+namespace kvscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct DryRun {
+  test::ProgramRun run;  // the script's exit code and terminal output
+  std::string report;    // $OUT/gpu-results.md
+};
+
+// gpu_check.sh with BUDGET=budget and stub kvscope and kvscope_tests that each take `seconds`.
+DryRun dry_run(int budget, int seconds) {
+  const fs::path dir = fs::temp_directory_path() / ("kvscope-gpu-check-" + std::to_string(::getpid()) + "-" +
+                                                    std::to_string(budget));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "build");
+  fs::create_directories(dir / "out");
+  for (const char* name : {"kvscope", "kvscope_tests"}) {
+    std::ofstream(dir / "build" / name) << "#!/bin/sh\necho \"stub " << name << " $*\"\nsleep " << seconds << "\n";
+    fs::permissions(dir / "build" / name, fs::perms::owner_all);
+  }
+  DryRun r;
+  r.run = test::run_command("OUT='" + (dir / "out").string() + "' BUILD='" + (dir / "build").string() +
+                            "' BUDGET=" + std::to_string(budget) + " bash '" +
+                            test::source_path("kernels/gpu_check.sh") + "'");
+  std::ifstream in(dir / "out" / "gpu-results.md");
+  std::stringstream report;
+  report << in.rdbuf();
+  r.report = report.str();
+  fs::remove_all(dir);
+  return r;
+}
+
+// The report's line that contains both a and b, or "".
+std::string line_with(const std::string& text, const std::string& a, const std::string& b) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(a) != std::string::npos && line.find(b) != std::string::npos) return line;
+  return "";
+}
+
+TEST(GpuCheckScript, DryRunWritesEveryStepToTheReport) {
+  const DryRun r = dry_run(540, 0);
+  ASSERT_EQ(r.run.code, 0) << r.run.output;
+  for (const char* expected :
+       {"# kvscope on a CUDA GPU", "- date: ", "- GPU (nvidia-smi", "- commit: ", "stub kvscope devices",
+        "stub kvscope_tests --gtest_filter=Gpu*:DeviceOption*", "stub kvscope bench gpu-attention",
+        "stub kvscope bench gpu-compaction", "stub kvscope bench gpu-decode", "stub kvscope serve-bench --device cuda",
+        "## Sanitizers", "(the whole run: "})
+    EXPECT_NE(r.report.find(expected), std::string::npos) << "not in the report: " << expected << "\n" << r.report;
+  EXPECT_EQ(r.report.find("(skipped"), std::string::npos) << r.report;
+}
+
+TEST(GpuCheckScript, StepsPastTheBudgetAreListedAsSkipped) {
+  // Each stub takes 2 s. With a 12 s budget the first step runs, and once under 10 s
+  // is left the rest are listed as skipped instead of running past the device call.
+  const DryRun r = dry_run(12, 2);
+  ASSERT_EQ(r.run.code, 0) << r.run.output;
+  EXPECT_NE(r.report.find("stub kvscope devices"), std::string::npos) << r.report;
+  EXPECT_EQ(r.report.find("stub kvscope serve-bench"), std::string::npos) << r.report;
+  EXPECT_NE(line_with(r.report, "(skipped, ", "kvscope serve-bench --device cuda"), "") << r.report;
+  EXPECT_NE(line_with(r.report, "of the 12 s budget left)", "kvscope bench gpu-decode"), "") << r.report;
+}
+
+}  // namespace
+}  // namespace kvscope
