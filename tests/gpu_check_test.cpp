@@ -3,7 +3,8 @@
 // two programs (shell scripts that print their arguments and sleep): it must write
 // every step's command to the report, keep inside its time budget by listing what
 // does not fit as skipped, and exit 0. What the real programs print is the GPU
-// tests' and benchmarks' business.
+// tests' and benchmarks' business. (The suite's name does not start with "Gpu": the
+// script runs the GPU tests as Gpu*, and should not run itself.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -55,7 +56,7 @@ std::string line_with(const std::string& text, const std::string& a, const std::
   return "";
 }
 
-TEST(GpuCheckScript, DryRunWritesEveryStepToTheReport) {
+TEST(DryRunOfGpuCheck, DryRunWritesEveryStepToTheReport) {
   const DryRun r = dry_run(540, 0);
   ASSERT_EQ(r.run.code, 0) << r.run.output;
   for (const char* expected :
@@ -67,7 +68,7 @@ TEST(GpuCheckScript, DryRunWritesEveryStepToTheReport) {
   EXPECT_EQ(r.report.find("(skipped"), std::string::npos) << r.report;
 }
 
-TEST(GpuCheckScript, StepsPastTheBudgetAreListedAsSkipped) {
+TEST(DryRunOfGpuCheck, StepsPastTheBudgetAreListedAsSkipped) {
   // Each stub takes 2 s. With a 12 s budget the first step runs, and once under 10 s
   // is left the rest are listed as skipped instead of running past the device call.
   const DryRun r = dry_run(12, 2);
