@@ -3,8 +3,9 @@
 // two programs (shell scripts that print their arguments and sleep): it must write
 // every step's command to the report, keep inside its time budget by listing what
 // does not fit as skipped, and exit 0. What the real programs print is the GPU
-// tests' and benchmarks' business. (The suite's name does not start with "Gpu": the
-// script runs the GPU tests as Gpu*, and should not run itself.)
+// tests' and benchmarks' business. (Neither the suite's name nor the file's starts
+// with "gpu": the script runs the GPU tests as Gpu*, and the CPU stand-in builds
+// tests/gpu_*_test.cpp; neither should run this.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
