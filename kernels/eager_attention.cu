@@ -88,7 +88,7 @@ __global__ void eager_colsum_kernel(float* prob_sums, const float* probs, int T,
 // A table per row: row t's sums, [n_heads, its slots] at prob_sums + row_sums[t], += P[h, t, j].
 __global__ void eager_row_sums_kernel(float* prob_sums, const int64_t* row_sums, const float* probs, int T, PagedKv kv) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, t = blockIdx.z;
-  const int n = kv.row_slots[t];
+  const int n = row_table(kv, t).slots;
   if (j >= n || row_sums[t] < 0) return;
   prob_sums[row_sums[t] + size_t(h) * n + j] += probs[(size_t(h) * T + t) * kv.table_slots + j];
 }
