@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # kernels/gpu_check.sh: the one run on a machine with a CUDA GPU.
 #
-# Lists the devices, runs the GPU tests, the GPU benchmarks and the kernel tests
-# under compute-sanitizer, and writes the commands with their full output to a
-# Markdown report:
+# Lists the devices, runs the GPU tests (and reruns any that fail, one process
+# each), the GPU benchmarks and the kernel tests under compute-sanitizer, and
+# writes the commands with their full output to a Markdown report:
 #   $OUT/gpu-results.md when OUT is set, else kernels/gpu-results.md, beside this
 #   script (the design card fixes the top level, which has no docs/)
 # Every step has a time limit, and all of them together a budget (BUDGET, default
@@ -118,7 +118,18 @@ section "Devices" "What the build sees, with the peak memory bandwidth the bench
 run 30 "$BUILD/kvscope" devices
 
 section "GPU tests" "Every kernel against its CPU operation, the model's logits on the test checkpoints and the bundled model (prefill and 32 decode steps), eviction + compaction through the engine, and batched serving steps, GPU versus CPU (tests/gpu_*_test.cpp); plus the --device option's messages."
+before=$(wc -l < "$REPORT")
 run 240 "$BUILD/kvscope_tests" --gtest_filter='Gpu*:DeviceOption*'
+# A CUDA error such as an illegal address is sticky: once one test causes it, every
+# later test in the process fails with it too. Rerun the failed tests one process
+# each, the first 8 (gtest prints them in the order they ran), with launches made
+# synchronous so that an error names the launch that caused it.
+failed=$(tail -n +"$((before + 1))" "$REPORT" | grep -oE '^\[  FAILED  \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' |
+  awk '!seen[$NF]++ {print $NF}' | head -8)
+if [ -n "$failed" ]; then
+  section "Failed GPU tests, one process each" "Each failed test alone (the first 8), with CUDA_LAUNCH_BLOCKING=1: a test that passes here failed above only because an earlier test left the CUDA context broken."
+  for t in $failed; do run 30 env CUDA_LAUNCH_BLOCKING=1 "$BUILD/kvscope_tests" --gtest_filter="$t"; done
+fi
 
 section "Benchmarks" "Paged decode attention bandwidth and eager versus flash; compaction versus cudaMemcpy; end-to-end decode of a Qwen3-0.6B-shaped random model, alone and with 8 and 32 sequences in batched steps."
 run 120 "$BUILD/kvscope" bench gpu-attention

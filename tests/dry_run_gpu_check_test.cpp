@@ -26,15 +26,17 @@ struct DryRun {
   std::string report;    // $OUT/gpu-results.md
 };
 
-// gpu_check.sh with BUDGET=budget and stub kvscope and kvscope_tests that each take `seconds`.
-DryRun dry_run(int budget, int seconds) {
+// gpu_check.sh with BUDGET=budget and stub kvscope and kvscope_tests that each take
+// `seconds`; the stub kvscope_tests runs `tests_also` (shell) after that.
+DryRun dry_run(int budget, int seconds, const std::string& tests_also = "") {
   const fs::path dir = fs::temp_directory_path() / ("kvscope-gpu-check-" + std::to_string(::getpid()) + "-" +
                                                     std::to_string(budget));
   fs::remove_all(dir);
   fs::create_directories(dir / "build");
   fs::create_directories(dir / "out");
   for (const char* name : {"kvscope", "kvscope_tests"}) {
-    std::ofstream(dir / "build" / name) << "#!/bin/sh\necho \"stub " << name << " $*\"\nsleep " << seconds << "\n";
+    std::ofstream(dir / "build" / name) << "#!/bin/sh\necho \"stub " << name << " $*\"\nsleep " << seconds << "\n"
+                                        << (name == std::string("kvscope_tests") ? tests_also : "") << "\n";
     fs::permissions(dir / "build" / name, fs::perms::owner_all);
   }
   DryRun r;
@@ -67,6 +69,29 @@ TEST(DryRunOfGpuCheck, DryRunWritesEveryStepToTheReport) {
         "## Sanitizers", "(the whole run: "})
     EXPECT_NE(r.report.find(expected), std::string::npos) << "not in the report: " << expected << "\n" << r.report;
   EXPECT_EQ(r.report.find("(skipped"), std::string::npos) << r.report;
+  EXPECT_EQ(r.report.find("one process each"), std::string::npos) << "nothing failed, nothing to rerun\n" << r.report;
+}
+
+TEST(DryRunOfGpuCheck, FailedGpuTestsAreRerunAloneWithSynchronousLaunches) {
+  // The whole GPU test run fails two tests (one of them parameterised): each is then
+  // run alone with CUDA_LAUNCH_BLOCKING=1, and the run goes on to the benchmarks.
+  const DryRun r = dry_run(540, 0,
+                           "case \"$*\" in *'Gpu*'*)\n"
+                           "  echo '[  FAILED  ] GpuKernels.RmsNormMatchesTheCpu (3 ms)'\n"
+                           "  echo '[  FAILED  ] GpuModel/Logits.MatchTheCpu/2 (5 ms)'\n"
+                           "  echo '[  FAILED  ] 2 tests, listed below:'\n"
+                           "  echo '[  FAILED  ] GpuKernels.RmsNormMatchesTheCpu'\n"
+                           "  echo '[  FAILED  ] GpuModel/Logits.MatchTheCpu/2'\n"
+                           "  exit 1;;\n"
+                           "esac");
+  ASSERT_EQ(r.run.code, 0) << r.run.output;
+  EXPECT_NE(r.report.find("## Failed GPU tests, one process each"), std::string::npos) << r.report;
+  EXPECT_NE(line_with(r.report, "$ env CUDA_LAUNCH_BLOCKING=1 ", "--gtest_filter=GpuKernels.RmsNormMatchesTheCpu"), "")
+      << r.report;
+  EXPECT_NE(line_with(r.report, "$ env CUDA_LAUNCH_BLOCKING=1 ", "--gtest_filter=GpuModel/Logits.MatchTheCpu/2"), "")
+      << r.report;
+  EXPECT_EQ(line_with(r.report, "CUDA_LAUNCH_BLOCKING", "--gtest_filter=2"), "") << r.report;
+  EXPECT_NE(r.report.find("stub kvscope bench gpu-decode"), std::string::npos) << r.report;
 }
 
 TEST(DryRunOfGpuCheck, StepsPastTheBudgetAreListedAsSkipped) {
