@@ -11,6 +11,7 @@
 // together, one batched step (Engine::step_batch, as the server runs) per token
 // of each: the weights are read once per step for all of them, so the limit in
 // tokens/s grows with the batch until the K/V reads dominate.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -109,10 +110,13 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
                   double(n) * a.prompt_tokens / r.prefill_seconds, tps, bytes / 1e9, limit, 100 * tps / limit);
     }
   }
+  const int most = *std::max_element(a.sequences.begin(), a.sequences.end());
   std::printf("\nGB read per step = the weight matrices (lm_head once) + each sequence's K/V at the average context.\n"
               "Each step is 19 kernel launches per layer (2 of them attention, for all the sequences together)\n"
-              "and small host<->device copies, launched one by one (no CUDA graphs): for a model this small,\n"
-              "launch gaps rather than bandwidth can set the pace.\n");
+              "and small host-to-device copies, launched one by one (no CUDA graphs): for a model this small,\n"
+              "launch gaps rather than bandwidth can set the pace. Each step also copies every sequence's logits\n"
+              "to the host, where sampling and the policies run: %.1f MB a step at %d sequences, not in the limit.\n",
+              double(most) * config.vocab_size * sizeof(float) / 1e6, most);
 }
 #endif
 
