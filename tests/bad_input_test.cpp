@@ -4,7 +4,6 @@
 // Each is a one-line "kvscope: error: ..." on stderr and exit code 1, never a
 // crash; the library gives the same message as a kvscope::Error.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,7 +11,7 @@
 
 #include "cache/kv_storage.h"
 #include "model/config.h"
-#include "test_paths.h"
+#include "run_kvscope.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -25,18 +24,12 @@ struct ProgramRun {
   std::string err;  // stderr
 };
 
-// Runs `kvscope ARGS` through the shell (so ARGS may hold $(printf ...)).
+// Runs `kvscope ARGS` through the shell (so ARGS may hold $(printf ...)), its
+// stderr kept apart in a file.
 ProgramRun run_kvscope(const std::string& args) {
   const std::string err_path = test::binary_path("bad_input_stderr_" + std::to_string(::getpid()));
-  const std::string cmd = test::binary_path("kvscope") + " " + args + " 2>'" + err_path + "'";
-  ProgramRun r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) r.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
+  const test::ProgramRun run = test::run_shell(test::binary_path("kvscope") + " " + args + " 2>'" + err_path + "'");
+  ProgramRun r{run.code, run.output, read_file(err_path)};
   std::remove(err_path.c_str());
   return r;
 }

@@ -4,17 +4,15 @@
 // copying tests/models/tiny-tied and breaking one thing in it.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
 #include "model/weights.h"
-#include "test_paths.h"
+#include "run_kvscope.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -90,16 +88,10 @@ class BrokenCheckpoint : public ::testing::Test {
     EXPECT_NE(message.find(problem), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
 
-    const std::string cmd = test::binary_path("kvscope") + " generate --model '" + dir_.string() +
-                            "' --prompt hi -n 1 2>&1 >/dev/null";
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string out;
-    char buf[512];
-    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-    const int status = ::pclose(pipe);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "exit status " << status << ": " << out;
-    EXPECT_EQ(out, "kvscope: error: " + message + "\n");
+    const test::ProgramRun r = test::run_shell(test::binary_path("kvscope") + " generate --model '" + dir_.string() +
+                                               "' --prompt hi -n 1 2>&1 >/dev/null");  // stderr only
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.output, "kvscope: error: " + message + "\n");
   }
 
   fs::path dir_;
@@ -253,16 +245,10 @@ class SuspiciousCheckpoint : public BrokenCheckpoint {
     ASSERT_EQ(m.warnings.size(), 1u);
     EXPECT_NE(m.warnings[0].find(warning), std::string::npos) << m.warnings[0];
 
-    const std::string cmd = test::binary_path("kvscope") + " generate --model '" + dir_.string() +
-                            "' --prompt hi -n 1 --temperature 0 2>&1 >/dev/null";
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string err;
-    char buf[512];
-    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) err.append(buf, n);
-    const int status = ::pclose(pipe);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "exit status " << status << ": " << err;
-    EXPECT_EQ(err.rfind("kvscope: warning: " + m.warnings[0] + "\n", 0), 0u) << err;
+    const test::ProgramRun r = test::run_shell(test::binary_path("kvscope") + " generate --model '" + dir_.string() +
+                                               "' --prompt hi -n 1 --temperature 0 2>&1 >/dev/null");  // stderr only
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.output.rfind("kvscope: warning: " + m.warnings[0] + "\n", 0), 0u) << r.output;
   }
 
   // Sets element i of an F32 tensor.

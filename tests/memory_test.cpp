@@ -3,14 +3,12 @@
 #include "model/memory.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "model/config.h"
-#include "test_paths.h"
+#include "run_kvscope.h"
 #include "util/error.h"
 
 namespace kvscope {
@@ -142,52 +140,40 @@ TEST(Memory, MissingConfigIsAnError) {
 }
 
 // Runs `kvscope memory ARGS`; `streams` is the shell redirection choosing what is captured.
-struct ProgramRun {
-  int exit_code = -1;
-  std::string out;
-};
-ProgramRun run_memory(const std::string& args, const std::string& streams) {
-  const std::string cmd = test::binary_path("kvscope") + " memory " + args + " " + streams;
-  ProgramRun r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) r.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+test::ProgramRun run_memory(const std::string& args, const std::string& streams) {
+  return test::run_shell(test::binary_path("kvscope") + " memory " + args + " " + streams);
 }
 std::string config_arg(const std::string& name) { return "--config '" + test::source_path("assets/configs/" + name) + "'"; }
 const char* kStdout = "2>/dev/null";
 const char* kStderr = "2>&1 >/dev/null";
 
 TEST(MemoryCommand, Qwen3_32B_On24GB_4Bit) {
-  const ProgramRun r = run_memory(config_arg("qwen3-32b-config.json") + " --gpu-gb 24 --weight-bits 4", kStdout);
-  EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("2 x 64 layers x 8 KV heads x 128 dims x 2 bytes = 262144 bytes = 256 KiB per token"),
+  const test::ProgramRun r = run_memory(config_arg("qwen3-32b-config.json") + " --gpu-gb 24 --weight-bits 4", kStdout);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 x 64 layers x 8 KV heads x 128 dims x 2 bytes = 262144 bytes = 256 KiB per token"),
             std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("32,762,123,264 parameters"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("16.38 GB"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("25,249 tokens = 1,578 blocks of 16 tokens"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("CUDA context"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("do not fit"), std::string::npos) << r.out;
+      << r.output;
+  EXPECT_NE(r.output.find("32,762,123,264 parameters"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("16.38 GB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("25,249 tokens = 1,578 blocks of 16 tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CUDA context"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("do not fit"), std::string::npos) << r.output;
 }
 
 TEST(MemoryCommand, Qwen3_06B) {
-  const ProgramRun r = run_memory(config_arg("qwen3-0.6b-config.json"), kStdout);
-  EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("2 x 28 layers x 8 KV heads x 128 dims x 2 bytes = 114688 bytes = 112 KiB per token"),
+  const test::ProgramRun r = run_memory(config_arg("qwen3-0.6b-config.json"), kStdout);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 x 28 layers x 8 KV heads x 128 dims x 2 bytes = 114688 bytes = 112 KiB per token"),
             std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("596,049,920 parameters"), std::string::npos) << r.out;
+      << r.output;
+  EXPECT_NE(r.output.find("596,049,920 parameters"), std::string::npos) << r.output;
 }
 
 TEST(MemoryCommand, WeightsAloneDoNotFitIsAnAnswer) {
-  const ProgramRun r = run_memory(config_arg("qwen3-32b-config.json") + " --gpu-gb 24 --weight-bits 16", kStdout);
-  EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("256 KiB per token"), std::string::npos) << r.out;  // the table is still printed
-  EXPECT_NE(r.out.find("the weights alone do not fit"), std::string::npos) << r.out;
+  const test::ProgramRun r = run_memory(config_arg("qwen3-32b-config.json") + " --gpu-gb 24 --weight-bits 16", kStdout);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("256 KiB per token"), std::string::npos) << r.output;  // the table is still printed
+  EXPECT_NE(r.output.find("the weights alone do not fit"), std::string::npos) << r.output;
 }
 
 // Each bad input: exit code 1 and one line "kvscope: error: ..." naming the problem.
@@ -201,12 +187,12 @@ TEST(MemoryCommand, BadInputExitsWithOneLineError) {
       {config_arg("no-such-config.json"), "no-such-config.json"},
   };
   for (const auto& [args, names] : cases) {
-    const ProgramRun r = run_memory(args, kStderr);
-    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
-    EXPECT_EQ(r.out.rfind("kvscope: error: ", 0), 0u) << args << ": " << r.out;
-    EXPECT_NE(r.out.find(names), std::string::npos) << args << ": " << r.out;
-    ASSERT_FALSE(r.out.empty());
-    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "not one line: " << r.out;
+    const test::ProgramRun r = run_memory(args, kStderr);
+    EXPECT_EQ(r.code, 1) << args << ": " << r.output;
+    EXPECT_EQ(r.output.rfind("kvscope: error: ", 0), 0u) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(names), std::string::npos) << args << ": " << r.output;
+    ASSERT_FALSE(r.output.empty());
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
   }
 }
 
