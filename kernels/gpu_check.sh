@@ -2,8 +2,9 @@
 # kernels/gpu_check.sh: the one run on a machine with a CUDA GPU.
 #
 # Lists the devices, runs the GPU tests (and reruns any that fail, one process
-# each), the GPU benchmarks and the kernel tests under compute-sanitizer, and
-# writes the commands with their full output to a Markdown report:
+# each), the GPU benchmarks, the kernel tests under compute-sanitizer and Nsight
+# Compute on the two decode kernels, and writes the commands with their full
+# output to a Markdown report:
 #   $OUT/gpu-results.md when OUT is set, else kernels/gpu-results.md, beside this
 #   script (the design card fixes the top level, which has no docs/)
 # Every step has a time limit, and all of them together a budget (BUDGET, default
@@ -139,7 +140,7 @@ run 120 "$BUILD/kvscope" bench gpu-decode
 section "Serving" "Many requests through one pool on the GPU, under each memory strategy (the scheduler and policies on the host, every batched step on the GPU)."
 run 120 "$BUILD/kvscope" serve-bench --device cuda --config assets/configs/qwen3-0.6b-config.json --requests 16 --prompt-len 256 --output-len 128 --repeat 1
 
-section "Sanitizers" "The kernel tests under compute-sanitizer: racecheck (shared-memory races between a block's threads, which the CPU stand-in, running threads in one order, cannot see) and memcheck (out-of-bounds and misaligned accesses). Last, with what is left of the budget."
+section "Sanitizers" "The kernel tests under compute-sanitizer: racecheck (shared-memory races between a block's threads, beyond the two fixed thread orders the CPU stand-in runs) and memcheck (out-of-bounds and misaligned accesses), with what is left of the budget."
 sanitizer=$(command -v compute-sanitizer || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ] && echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"; })
 if [ -n "$sanitizer" ]; then
   kernel_tests='GpuKernels*:GpuAttention*:GpuCompaction*'
@@ -147,6 +148,18 @@ if [ -n "$sanitizer" ]; then
   run 90 "$sanitizer" --tool memcheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$kernel_tests"
 else
   echo "compute-sanitizer was not found; not run." | tee -a "$REPORT"
+fi
+
+section "Kernel profiles" "Nsight Compute's speed-of-light section (DRAM and compute throughput achieved, as a fraction of the card's peak; cold caches) for the two kernels a decode step's time should go to: paged attention over 64K cached tokens, and the bf16 GEMV of the first decode step of a Qwen3-0.6B-shaped model (layer 0's projections, then its MLP). --clock-control none leaves the clocks as the benchmarks had them. On this project's H200, ncu was seen reading counters under Firecracker and failing under gVisor."
+ncu=$(command -v ncu || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/ncu" ] && echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu"; })
+if [ -n "$ncu" ]; then
+  profile=("$ncu" --clock-control none --section SpeedOfLight)
+  run 60 "${profile[@]}" --kernel-name regex:paged_attention_slice_kernel --launch-count 1 \
+    "$BUILD/kvscope" bench gpu-attention --contexts 65536 --eager-contexts 1024 --calls 1
+  run 60 "${profile[@]}" --kernel-name regex:matvec_kernel --launch-count 7 \
+    "$BUILD/kvscope" bench gpu-decode --weights bf16 --sequences 1 --prompt-tokens 16 --decode-tokens 1
+else
+  echo "ncu (Nsight Compute) was not found; not run." | tee -a "$REPORT"
 fi
 
 printf '\n(the whole run: %s s)\n' "$((SECONDS - started))" | tee -a "$REPORT"

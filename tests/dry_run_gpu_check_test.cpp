@@ -66,7 +66,7 @@ TEST(DryRunOfGpuCheck, DryRunWritesEveryStepToTheReport) {
        {"# kvscope on a CUDA GPU", "- date: ", "- GPU (nvidia-smi", "- commit: ", "stub kvscope devices",
         "stub kvscope_tests --gtest_filter=Gpu*:DeviceOption*", "stub kvscope bench gpu-attention",
         "stub kvscope bench gpu-compaction", "stub kvscope bench gpu-decode", "stub kvscope serve-bench --device cuda",
-        "## Sanitizers", "(the whole run: "})
+        "## Sanitizers", "## Kernel profiles", "(the whole run: "})
     EXPECT_NE(r.report.find(expected), std::string::npos) << "not in the report: " << expected << "\n" << r.report;
   EXPECT_EQ(r.report.find("(skipped"), std::string::npos) << r.report;
   EXPECT_EQ(r.report.find("one process each"), std::string::npos) << "nothing failed, nothing to rerun\n" << r.report;
