@@ -52,6 +52,23 @@ TEST(BadInput, BlockSizeZeroOrOver256) {
   expect_one_line_error(kTiny + "--prompt hi --block-size -4", "got -4");
 }
 
+TEST(BadInput, UsageErrorsAreOneLineToo) {
+  // Mistyped commands and option values get the same one line and exit code 1 as
+  // bad files, not CLI11's own exit codes (105, 106) or its ranges up to 1.8e308.
+  expect_one_line_error(kTiny + "--prompt hi -n abc", "--tokens: expects a number, not abc");
+  expect_one_line_error(kTiny + "--prompt hi -n -3", "--tokens: must be 0 or more, not -3");
+  expect_one_line_error("bench gpu-decode --decode-tokens 0", "--decode-tokens: must be above 0, not 0");
+  expect_one_line_error(kTiny + "--prompt hi --policy lru", "--policy: lru not in {streaming,h2o,");
+  expect_one_line_error(kTiny + "--prompt hi --bogus", "--bogus");
+  expect_one_line_error("frobnicate", "no command named frobnicate; the commands: generate bench devices");
+  expect_one_line_error("bench decod", "no command named decod; the commands: decode attention compaction");
+  expect_one_line_error("bench", "bench needs a command; the commands: decode");
+  expect_one_line_error("", "kvscope needs a command; the commands: generate");
+  const ProgramRun help = run_kvscope("generate --help");
+  EXPECT_EQ(help.code, 0) << help.err;
+  EXPECT_NE(help.out.find("--tokens"), std::string::npos) << help.out;
+}
+
 TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {
   expect_one_line_error(kTiny + "--prompt hi --budget 20 --sinks 4 --recent 32",
                         "eviction budget 20 is smaller than the protected tokens (4 sinks + 32 recent)");

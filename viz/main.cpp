@@ -377,7 +377,8 @@ int main(int argc, char** argv) {
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return cli.exit(e);
+    if (e.get_exit_code() == 0) return cli.exit(e);  // --help: print it, exit 0
+    fail(std::string(e.what()) + " (--help lists the options)");
   }
   try {
     return run(a);

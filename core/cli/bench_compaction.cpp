@@ -85,10 +85,10 @@ void add_bench_compaction_command(CLI::App& bench) {
   auto args = std::make_shared<CompactionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("compaction", "Compaction throughput against a plain memcpy of the same bytes");
   cmd->add_option("--config", args->config, "config.json giving the cache shape")->capture_default_str();
-  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")->capture_default_str()->check(kPositive);
   cmd->add_option("--evict", args->evict, "Fractions evicted at random before compacting")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--block-sizes", args->block_sizes, "Block sizes")->capture_default_str()->check(CLI::Range(1, 256));
-  cmd->add_option("--repeats", args->repeats, "Runs per row; the best is reported")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", args->repeats, "Runs per row; the best is reported")->capture_default_str()->check(kPositive);
   cmd->callback([args] { run_compaction_bench(*args); });
 }
 

@@ -129,7 +129,7 @@ void add_bench_decode_command(CLI::App& bench) {
   cmd->add_option("--config", args->config, "config.json giving the model shape")->capture_default_str();
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length for the prefill measurement")->capture_default_str();
   cmd->add_option("--decode-tokens", args->decode_tokens, "Decode steps to time")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Thread counts to measure")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", args->threads, "Thread counts to measure")->capture_default_str()->check(kPositive);
   cmd->add_option("--weights", args->weights, "Weight formats to measure")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));

@@ -93,10 +93,10 @@ void add_bench_gpu_compaction_command(CLI::App& bench) {
   auto args = std::make_shared<GpuCompactionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("gpu-compaction", "CUDA: compaction throughput against cudaMemcpy of the same bytes");
   cmd->add_option("--config", args->config, "config.json giving the cache shape")->capture_default_str();
-  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")->capture_default_str()->check(kPositive);
   cmd->add_option("--evict", args->evict, "Fractions evicted at random before compacting")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--block-size", args->block_size, "Tokens per block")->capture_default_str()->check(CLI::Range(1, 256));
-  cmd->add_option("--calls", args->calls, "Calls per timing")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--calls", args->calls, "Calls per timing")->capture_default_str()->check(kPositive);
   cmd->callback([args] {
 #ifdef KVSCOPE_HAVE_CUDA
     run_gpu_compaction_bench(*args);

@@ -134,8 +134,8 @@ void add_bench_gpu_decode_command(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--decode-tokens", args->decode_tokens, "Tokens decoded")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->capture_default_str()->check(kPositive);
+  cmd->add_option("--decode-tokens", args->decode_tokens, "Tokens decoded")->capture_default_str()->check(kPositive);
   cmd->callback([args] {
 #ifdef KVSCOPE_HAVE_CUDA
     run_gpu_decode_bench(*args);

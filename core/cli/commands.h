@@ -26,6 +26,11 @@ void add_heads_command(CLI::App& app);
 void add_simulate_command(CLI::App& app);
 void add_serve_bench_command(CLI::App& app);
 
+// Option checks whose messages read as sentences ("--tokens: expects a number, not
+// abc"); CLI11's own PositiveNumber prints its range up to 1.8e308.
+extern const CLI::Validator kPositive;     // a number above 0
+extern const CLI::Validator kNonNegative;  // a number, 0 or more
+
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);
 

@@ -139,7 +139,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
       ->capture_default_str();
   cmd->add_option("--prompt", args->prompt, "The prompt text")->required();
-  cmd->add_option("-n,--tokens", args->n, "Number of new tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--tokens", args->n, "Number of new tokens to generate")->capture_default_str()->check(kNonNegative);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt in the ChatML template as a user message");
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 means greedy")->capture_default_str();
   cmd->add_option("--top-k", args->top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();

@@ -11,13 +11,32 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <string>
 
 #include "cli/commands.h"
 #include "util/error.h"
 
 namespace kvscope::cli {
+
+// A number above 0 (`strict`) or 0 or more, else a sentence saying why not.
+static CLI::Validator sign_check(bool strict, const std::string& name) {
+  return CLI::Validator(
+      [strict](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0') return "expects a number, not " + text;
+        if (strict && x <= 0) return "must be above 0, not " + text;
+        if (x < 0) return "must be 0 or more, not " + text;
+        return "";
+      },
+      name);
+}
+const CLI::Validator kPositive = sign_check(true, "POSITIVE");
+const CLI::Validator kNonNegative = sign_check(false, "NONNEGATIVE");
+
 void set_threads(int threads) {
   if (threads < 0) throw Error("--threads must be >= 0");
   if (threads > 0) omp_set_num_threads(threads);
@@ -32,6 +51,23 @@ std::string shown_path(const std::string& path) {
 
 void print_warnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
+}
+
+// For CLI11's "A subcommand is required": which command wanted one, the word given
+// in its place (`kvscope frobnicate`, `kvscope bench decod`), and the choices.
+static std::string missing_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* at = &app;
+  int next = 1;  // the argument after at's name
+  while (!at->get_subcommands().empty()) {
+    at = at->get_subcommands().front();
+    while (next < argc && argv[next] != at->get_name()) ++next;
+    ++next;
+  }
+  std::string message = next < argc && argv[next][0] != '-' ? "no command named " + std::string(argv[next])
+                                                            : (at == &app ? "kvscope" : at->get_name()) + " needs a command";
+  message += "; the commands:";
+  for (const CLI::App* c : at->get_subcommands([](const CLI::App*) { return true; })) message += " " + c->get_name();
+  return message;
 }
 }  // namespace kvscope::cli
 
@@ -50,7 +86,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help: print it, exit 0
+    const std::string what = std::string(e.what()).find("subcommand") != std::string::npos
+                                 ? kvscope::cli::missing_command(app, argc, argv)
+                                 : e.what();
+    std::fprintf(stderr, "kvscope: error: %s (--help lists the options)\n", what.c_str());
+    return 1;
   } catch (const kvscope::Error& e) {
     std::fprintf(stderr, "kvscope: error: %s\n", e.what());
     return 1;
