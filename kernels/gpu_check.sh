@@ -19,7 +19,8 @@
 # same CUDA 13.0) and travel to it:
 #
 #   bash kernels/gpu_check.sh --prepare   # here: builds build-gpu/ (kvscope, kvscope_tests) for
-#                                         # sm_90 (H100/H200; ARCH=80 for an A100) and copies the
+#                                         # sm_90 (H100/H200; ARCH=80 for an A100) and any x86-64
+#                                         # CPU with AVX2 (CPU_ARCH=x86-64-v3), and copies the
 #                                         # shared libraries the GPU machine may lack to build-gpu/lib
 #   bash kernels/gpu_check.sh             # there, with build-gpu/kvscope, build-gpu/kvscope_tests
 #                                         # and build-gpu/lib carried (planned for a few minutes)
@@ -62,7 +63,11 @@ section() { printf '\n## %s\n\n%s\n' "$1" "$2" | tee -a "$REPORT"; }
 
 if [ "${1:-}" = --prepare ]; then
   ARCH=${ARCH:-90}
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" || exit 1
+  # Not -march=native: this machine's CPU (AVX-512 on Zen 5) need not be the GPU
+  # machine's, and one instruction it lacks stops every program with SIGILL.
+  # x86-64-v3 (AVX2, FMA) runs on any server CPU of the last ten years.
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVSCOPE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+    -DKVSCOPE_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=${CPU_ARCH:-x86-64-v3}" || exit 1
   cmake --build "$BUILD" -j "$(nproc)" --target kvscope kvscope_tests || exit 1
   # The libraries that are not part of the C/C++ runtime or of CUDA (which the GPU
   # machine has): Debian's PCRE2, utf8proc, OpenMP runtime, GoogleTest, ...
