@@ -61,6 +61,17 @@ run() {
 }
 section() { printf '\n## %s\n\n%s\n' "$1" "$2" | tee -a "$REPORT"; }
 
+# The commit of this tree, from git; in a copy without .git, the one --prepare recorded.
+commit() {
+  if git rev-parse --git-dir > /dev/null 2>&1; then
+    echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!kernels/gpu-results.md' || echo ' (with local changes)')"
+  elif [ -f "$BUILD/lib/COMMIT" ]; then
+    echo "$(cat "$BUILD/lib/COMMIT") (recorded by --prepare; this copy has no .git)"
+  else
+    echo unknown
+  fi
+}
+
 if [ "${1:-}" = --prepare ]; then
   ARCH=${ARCH:-90}
   # Not -march=native: this machine's CPU (AVX-512 on Zen 5) need not be the GPU
@@ -76,6 +87,7 @@ if [ "${1:-}" = --prepare ]; then
     grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libdl|libpthread|librt)\.so' |
     xargs -r cp -L -t "$BUILD/lib"
   echo "$PWD" > "$BUILD/lib/SOURCE_DIR"  # where the programs look for the repository's files
+  commit > "$BUILD/lib/COMMIT"          # the copy on the GPU machine may come without .git
   echo "prepared: $BUILD/kvscope, $BUILD/kvscope_tests, $BUILD/lib ($(ls "$BUILD/lib" | tr '\n' ' '))"
   du -ch "$BUILD/kvscope" "$BUILD/kvscope_tests" "$BUILD/lib" | tail -1
   exit 0
@@ -91,7 +103,7 @@ nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/c
   echo "- GPU (nvidia-smi: name, driver, memory): ${gpu_name:-nvidia-smi found no GPU}"
   echo "- CUDA compiler: ${nvcc:-none found} $([ -n "$nvcc" ] && "$nvcc" --version | tail -1)"
   echo "- host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
-  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "- commit: $(commit)"
   echo "- produced by: bash kernels/gpu_check.sh (BUILD=$BUILD, JOBS=$JOBS)"
 } | tee "$REPORT"
 

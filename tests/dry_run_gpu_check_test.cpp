@@ -27,8 +27,10 @@ struct DryRun {
 };
 
 // gpu_check.sh with BUDGET=budget and stub kvscope and kvscope_tests that each take
-// `seconds`; the stub kvscope_tests runs `tests_also` (shell) after that.
-DryRun dry_run(int budget, int seconds, const std::string& tests_also = "") {
+// `seconds`; the stub kvscope_tests runs `tests_also` (shell) after that. With
+// `copied`, the script runs from a copy outside any git checkout, as on the GPU
+// machine, beside a build/lib/COMMIT as --prepare writes it.
+DryRun dry_run(int budget, int seconds, const std::string& tests_also = "", bool copied = false) {
   const fs::path dir = fs::temp_directory_path() / ("kvscope-gpu-check-" + std::to_string(::getpid()) + "-" +
                                                     std::to_string(budget));
   fs::remove_all(dir);
@@ -39,10 +41,17 @@ DryRun dry_run(int budget, int seconds, const std::string& tests_also = "") {
                                         << (name == std::string("kvscope_tests") ? tests_also : "") << "\n";
     fs::permissions(dir / "build" / name, fs::perms::owner_all);
   }
+  std::string script = test::source_path("kernels/gpu_check.sh");
+  if (copied) {
+    fs::create_directories(dir / "tree" / "kernels");
+    fs::create_directories(dir / "build" / "lib");
+    fs::copy_file(script, dir / "tree" / "kernels" / "gpu_check.sh");
+    script = (dir / "tree" / "kernels" / "gpu_check.sh").string();
+    std::ofstream(dir / "build" / "lib" / "COMMIT") << "feedbee\n";
+  }
   DryRun r;
   r.run = test::run_command("OUT='" + (dir / "out").string() + "' BUILD='" + (dir / "build").string() +
-                            "' BUDGET=" + std::to_string(budget) + " bash '" +
-                            test::source_path("kernels/gpu_check.sh") + "'");
+                            "' BUDGET=" + std::to_string(budget) + " bash '" + script + "'");
   std::ifstream in(dir / "out" / "gpu-results.md");
   std::stringstream report;
   report << in.rdbuf();
@@ -70,6 +79,15 @@ TEST(DryRunOfGpuCheck, DryRunWritesEveryStepToTheReport) {
     EXPECT_NE(r.report.find(expected), std::string::npos) << "not in the report: " << expected << "\n" << r.report;
   EXPECT_EQ(r.report.find("(skipped"), std::string::npos) << r.report;
   EXPECT_EQ(r.report.find("one process each"), std::string::npos) << "nothing failed, nothing to rerun\n" << r.report;
+}
+
+TEST(DryRunOfGpuCheck, InACopyWithoutGitTheCommitIsTheOnePrepareRecorded) {
+  // The device tool sends the working tree, not .git: the report's commit must
+  // still say which code ran.
+  const DryRun r = dry_run(540, 0, "", /*copied=*/true);
+  ASSERT_EQ(r.run.code, 0) << r.run.output;
+  EXPECT_NE(r.report.find("- commit: feedbee (recorded by --prepare; this copy has no .git)"), std::string::npos)
+      << r.report;
 }
 
 TEST(DryRunOfGpuCheck, FailedGpuTestsAreRerunAloneWithSynchronousLaunches) {
