@@ -102,7 +102,7 @@ nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/c
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- GPU (nvidia-smi: name, driver, memory): ${gpu_name:-nvidia-smi found no GPU}"
   echo "- CUDA compiler: ${nvcc:-none found} $([ -n "$nvcc" ] && "$nvcc" --version | tail -1)"
-  echo "- host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+  echo "- host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, $(grep -qw avx2 /proc/cpuinfo && echo 'AVX2 (the prepared programs need it)' || echo 'NO AVX2: the prepared programs (x86-64-v3) cannot run here')"
   echo "- commit: $(commit)"
   echo "- produced by: bash kernels/gpu_check.sh (BUILD=$BUILD, JOBS=$JOBS)"
 } | tee "$REPORT"
