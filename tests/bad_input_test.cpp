@@ -1,6 +1,7 @@
-// Bad input to `kvscope generate` that is not a bad checkpoint (those are in
-// checkpoint_errors_test.cpp): flags out of range, a prompt that is not UTF-8, a
-// KV pool too small for one block, and a pool that runs out mid-generation.
+// Bad input to `kvscope` that is not a bad checkpoint (those are in
+// checkpoint_errors_test.cpp): flags out of range in every command, a prompt that
+// is not UTF-8, a KV pool too small for one block, and a pool that runs out
+// mid-generation.
 // Each is a one-line "kvscope: error: ..." on stderr and exit code 1, never a
 // crash; the library gives the same message as a kvscope::Error.
 #include <gtest/gtest.h>
@@ -67,6 +68,37 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   const ProgramRun help = run_kvscope("generate --help");
   EXPECT_EQ(help.code, 0) << help.err;
   EXPECT_NE(help.out.find("--tokens"), std::string::npos) << help.out;
+}
+
+TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
+  // Each of these once crashed (a division by a zero block size, a memcpy check
+  // reading past an empty buffer, a probe array of -1 GiB) or ran with a value other
+  // than the one given (a negative --sinks or a zero --budget taken as "not given").
+  expect_one_line_error("eval --windows 1 --context 64 --block-size 0",
+                        "eval: the block size must be between 1 and 256, got 0");
+  expect_one_line_error("bench compaction --evict nan", "--evict: expects a number, not nan");
+  expect_one_line_error("bench compaction --evict 1.5", "--evict: must be 1 or less, not 1.5");
+  expect_one_line_error("bench compaction --tokens inf", "--tokens: expects a number, not inf");
+  expect_one_line_error("bench decode --bandwidth-gib -1", "--bandwidth-gib must be from 0.001 to ");
+  expect_one_line_error("simulate --budget 0", "--budget: must be above 0, not 0");
+  expect_one_line_error("simulate --sinks -5", "--sinks: must be 0 or more, not -5");
+  expect_one_line_error("heads --recent -1", "--recent: must be 0 or more, not -1");
+}
+
+TEST(BadInput, SamplingFlagsAreCheckedBeforeAnythingIsPrinted) {
+  const std::string sampled = "generate --model '" + test::tiny_model("tiny-tied") + "' --prompt hi ";
+  expect_one_line_error(sampled + "--temperature -1", "temperature must be >= 0 (0: greedy), got -1");
+  expect_one_line_error(sampled + "--top-k -2", "top-k must be >= 0 (0: all tokens), got -2");
+  expect_one_line_error(sampled + "--top-p 2", "top-p must be in (0, 1], got 2");
+  EXPECT_EQ(run_kvscope(sampled + "--top-p 0").out, "") << "the prompt was printed before the error";
+}
+
+TEST(BadInput, CompactionBenchWithNothingToMoveSaysSo) {
+  // Evicting nothing, or everything, leaves no survivor to slide: a row that says so.
+  const ProgramRun r = run_kvscope("bench compaction --tokens 64 --evict 0,1 --repeats 1");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| 16 | 0.0% | 0 | 0 MB | nothing to move |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 16 | 100.0% | 0 | 0 MB | nothing to move |"), std::string::npos) << r.out;
 }
 
 TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {

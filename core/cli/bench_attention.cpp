@@ -107,9 +107,16 @@ void add_bench_attention_command(CLI::App& bench) {
   auto args = std::make_shared<AttentionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("attention", "Flash-style versus eager attention: time and memory at 1K-16K tokens");
   cmd->add_option("--config", args->config, "config.json giving the attention shape")->capture_default_str();
-  cmd->add_option("--contexts", args->contexts, "Context lengths in tokens")->capture_default_str()->check(kPositive);
-  cmd->add_option("--queries", args->queries, "Queries in the chunk row (a piece of prefill)")->capture_default_str()->check(kPositive);
-  cmd->add_option("--repeats", args->repeats, "Runs per measurement; the best is reported")->capture_default_str()->check(kPositive);
+  cmd->add_option("--contexts", args->contexts, "Context lengths in tokens")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--queries", args->queries, "Queries in the chunk row (a piece of prefill)")
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--repeats", args->repeats, "Runs per measurement; the best is reported")
+      ->capture_default_str()
+      ->check(kPositive);
   cmd->callback([args] { run_attention_bench(*args); });
 }
 

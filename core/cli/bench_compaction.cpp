@@ -58,10 +58,11 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
         cache.evict(seq, complement(pos, select_keep(pos, random.scores({pos, a.tokens}), schedule)));
 
         const std::vector<Move> plan = cache.plan_compaction(seq);
+        moves = plan.size();
+        if (plan.empty()) break;  // nothing evicted, or nothing kept: no survivor has to move
         double t0 = now_seconds();
         bytes = kv.apply(plan);
         best_compact = std::min(best_compact, now_seconds() - t0);
-        moves = plan.size();
         cache.commit_compaction(seq, plan);
 
         std::vector<char> src(bytes, 1), dst(bytes, 0);
@@ -69,6 +70,10 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
         std::memcpy(dst.data(), src.data(), bytes);
         best_memcpy = std::min(best_memcpy, now_seconds() - t0);
         if (dst[bytes / 2] != 1) std::printf("memcpy check failed\n");
+      }
+      if (moves == 0) {
+        std::printf("| %d | %.1f%% | 0 | 0 MB | nothing to move | | | | |\n", bs, 100 * f);
+        continue;
       }
       std::printf("| %d | %.1f%% | %zu | %.1f MB | %.2f ms | %.1f | %.2f ms | %.1f | %.0f%% |\n", bs, 100 * f, moves,
                   bytes / 1e6, 1e3 * best_compact, bytes / best_compact / 1e9, 1e3 * best_memcpy,
@@ -85,10 +90,20 @@ void add_bench_compaction_command(CLI::App& bench) {
   auto args = std::make_shared<CompactionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("compaction", "Compaction throughput against a plain memcpy of the same bytes");
   cmd->add_option("--config", args->config, "config.json giving the cache shape")->capture_default_str();
-  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")->capture_default_str()->check(kPositive);
-  cmd->add_option("--evict", args->evict, "Fractions evicted at random before compacting")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--block-sizes", args->block_sizes, "Block sizes")->capture_default_str()->check(CLI::Range(1, 256));
-  cmd->add_option("--repeats", args->repeats, "Runs per row; the best is reported")->capture_default_str()->check(kPositive);
+  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--evict", args->evict, "Fractions evicted at random before compacting")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(kFraction);
+  cmd->add_option("--block-sizes", args->block_sizes, "Block sizes")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--repeats", args->repeats, "Runs per row; the best is reported")
+      ->capture_default_str()
+      ->check(kPositive);
   cmd->callback([args] { run_compaction_bench(*args); });
 }
 

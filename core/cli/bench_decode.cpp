@@ -8,6 +8,7 @@
 // prints one table row per weight format and thread count.
 #include <omp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -45,6 +46,15 @@ struct Row {
 void run_bench(const BenchArgs& a) {
   const ModelConfig config = load_config_file(a.config);
   if (a.prompt_tokens < 1 || a.decode_tokens < 1) throw Error("--prompt-tokens and --decode-tokens must be >= 1");
+  // The probe's array: at least 1 MB, at most half of the memory (the model needs the rest).
+  const double ram_gib = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / double(1u << 30);
+  if (!(a.bandwidth_gib >= 0.001 && a.bandwidth_gib <= ram_gib / 2)) {
+    char message[160];
+    std::snprintf(message, sizeof message,
+                  "--bandwidth-gib must be from 0.001 to %.1f (half of this machine's memory), got %g", ram_gib / 2,
+                  a.bandwidth_gib);
+    throw Error(message);
+  }
 
   std::printf("kvscope bench: %s (%.2fB parameters), random weights\n", a.config.c_str(),
               double(config.parameter_count()) / 1e9);
@@ -127,10 +137,14 @@ void add_bench_decode_command(CLI::App& bench) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = bench.add_subcommand("decode", "Prefill and decode speed on a real model shape with random weights");
   cmd->add_option("--config", args->config, "config.json giving the model shape")->capture_default_str();
-  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length for the prefill measurement")->capture_default_str();
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length for the prefill measurement")
+      ->capture_default_str();
   cmd->add_option("--decode-tokens", args->decode_tokens, "Decode steps to time")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "Thread counts to measure")->capture_default_str()->check(kPositive);
-  cmd->add_option("--weights", args->weights, "Weight formats to measure")
+  cmd->add_option("--threads", args->threads, "Thread counts to measure")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--weights", args->weights, "Weight formats to measure")->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--bandwidth-gib", args->bandwidth_gib, "Size of the bandwidth probe's array")->capture_default_str();

@@ -165,8 +165,12 @@ void add_bench_gpu_attention_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("gpu-attention",
                                        "CUDA: paged decode attention bandwidth at 1K-128K tokens; eager vs flash");
   cmd->add_option("--config", args->config, "config.json giving the attention shape")->capture_default_str();
-  cmd->add_option("--contexts", args->contexts, "Context lengths for the decode table")->capture_default_str()->check(kPositive);
+  cmd->add_option("--contexts", args->contexts, "Context lengths for the decode table")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(kPositive);
   cmd->add_option("--eager-contexts", args->eager_contexts, "Context lengths for the eager vs flash table")
+      ->delimiter(',')
       ->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--queries", args->queries, "Queries in the chunk rows")->capture_default_str()->check(kPositive);

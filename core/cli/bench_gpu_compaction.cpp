@@ -56,6 +56,10 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
       const int seq = cache.add_sequence();
       fill_sequence(cache, seq, n, f, 1);
       const std::vector<Move> plan = cache.plan_compaction(seq);
+      if (plan.empty()) {  // nothing evicted, or nothing kept: no survivor has to move
+        std::printf("| %d | %.1f%% | 0 | 0 MB | nothing to move | | | | |\n", n, 100 * f);
+        continue;
+      }
       std::vector<int> from(plan.size()), to(plan.size());
       for (size_t i = 0; i < plan.size(); ++i) {
         from[i] = plan[i].from.block * bs + plan[i].from.slot;
@@ -93,9 +97,17 @@ void add_bench_gpu_compaction_command(CLI::App& bench) {
   auto args = std::make_shared<GpuCompactionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("gpu-compaction", "CUDA: compaction throughput against cudaMemcpy of the same bytes");
   cmd->add_option("--config", args->config, "config.json giving the cache shape")->capture_default_str();
-  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")->capture_default_str()->check(kPositive);
-  cmd->add_option("--evict", args->evict, "Fractions evicted at random before compacting")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--block-size", args->block_size, "Tokens per block")->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--evict", args->evict, "Fractions evicted at random before compacting")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(kFraction);
+  cmd->add_option("--block-size", args->block_size, "Tokens per block")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--calls", args->calls, "Calls per timing")->capture_default_str()->check(kPositive);
   cmd->callback([args] {
 #ifdef KVSCOPE_HAVE_CUDA

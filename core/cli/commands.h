@@ -30,6 +30,7 @@ void add_serve_bench_command(CLI::App& app);
 // abc"); CLI11's own PositiveNumber prints its range up to 1.8e308.
 extern const CLI::Validator kPositive;     // a number above 0
 extern const CLI::Validator kNonNegative;  // a number, 0 or more
+extern const CLI::Validator kFraction;     // a number from 0 to 1
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);

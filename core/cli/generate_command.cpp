@@ -9,6 +9,7 @@
 #include "engine/generate.h"
 #include "evict/policy.h"
 #include "model/weights.h"
+#include "sample/sampler.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -69,6 +70,7 @@ void check_args(const GenerateArgs& a) {
                 std::to_string(a.block_size));
   if (!(a.kv_memory_mb >= 0)) throw Error("--kv-memory must be >= 0 MB");
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
+  const Sampler checked({a.temperature, a.top_k, a.top_p, a.seed});  // its checks, before the prompt is printed
 }
 
 void run_generate(const GenerateArgs& a) {

@@ -89,8 +89,12 @@ void add_heads_command(CLI::App& app) {
   cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
   cmd->add_option("--from", s.from, "First query position measured")->capture_default_str();
   cmd->add_option("--windows", args->windows, "Windows (documents) to average over")->capture_default_str();
-  cmd->add_option("--sinks", s.sinks, "How many first tokens count as sinks")->capture_default_str();
-  cmd->add_option("--recent", s.recent, "How many newest tokens count as local")->capture_default_str();
+  cmd->add_option("--sinks", s.sinks, "How many first tokens count as sinks")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--recent", s.recent, "How many newest tokens count as local")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd->callback([args] { run_heads(*args); });
 }

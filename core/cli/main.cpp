@@ -10,10 +10,12 @@
 // on stderr, and the run goes on.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "cli/commands.h"
@@ -21,21 +23,32 @@
 
 namespace kvscope::cli {
 
-// A number above 0 (`strict`) or 0 or more, else a sentence saying why not.
-static CLI::Validator sign_check(bool strict, const std::string& name) {
+static std::string shown_number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
+// A finite number in [low, high] (above low when `above_low`), else a sentence
+// saying why not. strtod reads "nan" and "inf" too; they are refused here, since
+// every comparison with NaN is false and a range check alone lets it through.
+static CLI::Validator number_check(double low, bool above_low, double high, const std::string& name) {
   return CLI::Validator(
-      [strict](std::string& text) -> std::string {
+      [=](std::string& text) -> std::string {
         char* end = nullptr;
         const double x = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0') return "expects a number, not " + text;
-        if (strict && x <= 0) return "must be above 0, not " + text;
-        if (x < 0) return "must be 0 or more, not " + text;
+        if (text.empty() || *end != '\0' || !std::isfinite(x)) return "expects a number, not " + text;
+        if (above_low && x <= low) return "must be above " + shown_number(low) + ", not " + text;
+        if (x < low) return "must be " + shown_number(low) + " or more, not " + text;
+        if (x > high) return "must be " + shown_number(high) + " or less, not " + text;
         return "";
       },
       name);
 }
-const CLI::Validator kPositive = sign_check(true, "POSITIVE");
-const CLI::Validator kNonNegative = sign_check(false, "NONNEGATIVE");
+constexpr double kHuge = std::numeric_limits<double>::max();
+const CLI::Validator kPositive = number_check(0, true, kHuge, "POSITIVE");
+const CLI::Validator kNonNegative = number_check(0, false, kHuge, "NONNEGATIVE");
+const CLI::Validator kFraction = number_check(0, false, 1, "FRACTION");
 
 void set_threads(int threads) {
   if (threads < 0) throw Error("--threads must be >= 0");

@@ -292,11 +292,14 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--mode", a->mode, "one-shot or streaming (default: streaming when --budget is given)")
       ->check(CLI::IsMember({"one-shot", "streaming"}));
   cmd->add_option("--budget", a->sim.schedule.budget,
-                  "Live tokens kept by a round (streaming; or one-shot instead of --evict)");
+                  "Live tokens kept by a round (streaming; or one-shot instead of --evict)")
+      ->check(kPositive);
   cmd->add_option("--slack", a->sim.schedule.slack, "Streaming: a round starts at budget + slack live tokens")
       ->capture_default_str();
-  cmd->add_option("--sinks", a->sinks, "First tokens never evicted (default: one-shot 0, streaming 4)");
-  cmd->add_option("--recent", a->recent, "Newest tokens never evicted (default: one-shot 0, streaming 32)");
+  cmd->add_option("--sinks", a->sinks, "First tokens never evicted (default: one-shot 0, streaming 4)")
+      ->check(kNonNegative);
+  cmd->add_option("--recent", a->recent, "Newest tokens never evicted (default: one-shot 0, streaming 32)")
+      ->check(kNonNegative);
   auto* bpt = cmd->add_option("--bytes-per-token", a->sim.bytes_per_token,
                               "K/V bytes per token, all layers (default: Qwen3-0.6B in f32, 2 x 28 x 8 x 128 x 4)")
                   ->capture_default_str();

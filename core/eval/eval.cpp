@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cache/kv_cache.h"
 #include "engine/engine.h"
 #include "evict/oracle.h"
 #include "util/error.h"
@@ -93,6 +94,9 @@ void validate(const Model& model, const std::vector<std::vector<int>>& windows, 
   if (windows.empty()) throw Error("eval: no windows to evaluate");
   if (s.context < 2) throw Error("eval: the context must be at least 2 tokens");
   if (s.continuation < 1) throw Error("eval: the continuation must be at least 1 token");
+  if (s.block_size < 1 || s.block_size > kMaxBlockSize)
+    throw Error("eval: the block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
+                std::to_string(s.block_size));
   if (s.context + s.continuation > model.config.max_position_embeddings)
     throw Error("eval: context + continuation (" + std::to_string(s.context + s.continuation) +
                 ") is longer than the model's max_position_embeddings (" +

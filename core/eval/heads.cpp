@@ -30,6 +30,7 @@ std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vec
   const int heads = c.num_layers * c.num_heads;
   if (windows.empty()) throw Error("heads: no windows");
   const int length = int(windows[0].size());
+  if (s.sinks < 0 || s.recent < 0) throw Error("heads: sinks and recent must be >= 0");
   if (s.from < s.sinks + s.recent || s.from >= length)
     throw Error("heads: the first measured query must be in [sinks + recent, window length)");
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <numeric>
 
 #include "util/error.h"
@@ -15,10 +17,17 @@ int argmax(const float* x, int n) {
   return best;
 }
 
+static std::string shown(float x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", double(x));
+  return text;
+}
+
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {
-  if (!(config.temperature >= 0) || !std::isfinite(config.temperature)) throw Error("temperature must be >= 0");
-  if (config.top_k < 0) throw Error("top-k must be >= 0");
-  if (!(config.top_p > 0 && config.top_p <= 1)) throw Error("top-p must be in (0, 1]");
+  if (!(config.temperature >= 0) || !std::isfinite(config.temperature))
+    throw Error("temperature must be >= 0 (0: greedy), got " + shown(config.temperature));
+  if (config.top_k < 0) throw Error("top-k must be >= 0 (0: all tokens), got " + std::to_string(config.top_k));
+  if (!(config.top_p > 0 && config.top_p <= 1)) throw Error("top-p must be in (0, 1], got " + shown(config.top_p));
 }
 
 int Sampler::sample(const float* logits, int n) {
