@@ -13,6 +13,7 @@
 
 #include <cfloat>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -69,30 +70,41 @@ void place(Session& s, const std::string& at) {
       fail("--at: \"" + at + "\" is not start, end, round:K, event:N, P% or compacting:T[:K]");
     }
   };
+  // A number from low to high (a whole one when `whole`), else fail with `range`.
+  auto in_range = [&](const std::string& text, double low, double high, bool whole, const std::string& range) {
+    const double v = number(text);
+    if (v < low || v > high || (whole && v != std::floor(v))) fail("--at " + at + ": " + range);
+    return v;
+  };
   if (at.empty() || at == "end") {
     s.seek(s.length());
   } else if (at == "start") {
     s.seek(0);
   } else if (at.rfind("round:", 0) == 0) {
-    const size_t k = size_t(number(at.substr(6)));
     const auto& ends = p.round_end_events();
-    if (k < 1 || k > ends.size()) fail("--at " + at + ": the run has " + std::to_string(ends.size()) + " rounds");
+    const std::string range =
+        "the run has " + std::to_string(ends.size()) + (ends.size() == 1 ? " round" : " rounds") + ", numbered from 1";
+    const size_t k = size_t(in_range(at.substr(6), 1, double(ends.size()), true, range));
     s.seek(ends[k - 1] + 1);
   } else if (at.rfind("event:", 0) == 0) {
-    s.seek(size_t(number(at.substr(6))));
+    const std::string n = std::to_string(s.length());
+    const std::string range = "the run has " + n + " events: event:0 (the start) to event:" + n + " (the end)";
+    s.seek(size_t(in_range(at.substr(6), 0, double(s.length()), true, range)));
   } else if (!at.empty() && at.back() == '%') {
-    s.seek(size_t(number(at.substr(0, at.size() - 1)) / 100 * double(s.length())));
+    const double percent = in_range(at.substr(0, at.size() - 1), 0, 100, false, "a percentage from 0 to 100");
+    s.seek(size_t(percent / 100 * double(s.length())));
   } else if (at.rfind("compacting:", 0) == 0) {
     std::string rest = at.substr(11);
     size_t k = 1;
     if (const size_t colon = rest.find(':'); colon != std::string::npos) {
-      k = size_t(number(rest.substr(colon + 1)));
+      k = size_t(in_range(rest.substr(colon + 1), 1, 1e9, true, "K counts compaction batches from 1"));
       rest = rest.substr(0, colon);
     }
+    const double t = in_range(rest, 0, 1, false, "T, how far the batch has slid, is from 0 to 1");
     size_t from = 0;
     for (size_t i = 1; i < k; ++i) from = p.next_batch(from).second;
     if (p.next_batch(from).first >= p.size()) fail("--at " + at + ": no such compaction batch in the run");
-    s.show_slide(from, number(rest));
+    s.show_slide(from, t);
     return;
   } else {
     number(at);  // fails with the list of forms
@@ -231,6 +243,12 @@ int run(const Args& a) {
   }
   if (!app.recording.note.empty()) std::fprintf(stderr, "kvscope-viz: %s\n", app.recording.note.c_str());
 
+  // Where the clock stands, and where the mouse points: checked before a display is opened.
+  if (headless || !a.at.empty()) place(*app.session, a.play && a.at.empty() ? "start" : a.at);
+  ImVec2 mouse{-FLT_MAX, -FLT_MAX};
+  if (!a.mouse.empty() && std::sscanf(a.mouse.c_str(), "%f,%f", &mouse.x, &mouse.y) != 2)
+    fail("--mouse must be X,Y in pixels, got \"" + a.mouse + "\"");
+
   glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
   if (!glfwInit())
     fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`", 2);
@@ -264,16 +282,8 @@ int run(const Args& a) {
   if (headless) {
     Offscreen target;
     if (const std::string err = target.create(width, height); !err.empty()) fail(err);
-    if (a.play) {
-      place(*app.session, a.at.empty() ? "start" : a.at);
-      app.session->toggle_play();
-    } else {
-      place(*app.session, a.at);
-    }
-    ImVec2 mouse{-FLT_MAX, -FLT_MAX};
-    if (!a.mouse.empty() && std::sscanf(a.mouse.c_str(), "%f,%f", &mouse.x, &mouse.y) != 2)
-      fail("--mouse must be X,Y in pixels, got \"" + a.mouse + "\"");
-    for (int f = 0; f < std::max(1, a.frames); ++f) {
+    if (a.play) app.session->toggle_play();
+    for (int f = 0; f < a.frames; ++f) {
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       io.DisplaySize = {float(width), float(height)};
@@ -304,7 +314,7 @@ int run(const Args& a) {
       code = ok ? 0 : 1;
     }
   } else {
-    app.session->toggle_play();
+    if (a.at.empty()) app.session->toggle_play();  // from the start; with --at, paused there
     auto last = std::chrono::steady_clock::now();
     while (!glfwWindowShouldClose(window)) {
       // At most 60 frames a second, even where the swap does not wait for the screen (Xvfb).
@@ -363,11 +373,13 @@ int main(int argc, char** argv) {
   cli.add_option("--calibration", a.calibration,
                  "TriAttention's calibration file (kvscope calibrate); default DIR/triattention-calibration.json");
   cli.add_option("--screenshot", a.screenshot, "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)");
-  cli.add_option("--frames", a.frames, "Screenshot: frames to render before writing (default 3)");
+  cli.add_option("--frames", a.frames, "Screenshot: frames to render before writing (default 3)")
+      ->check(CLI::Range(1, 100000));
   cli.add_option("--size", a.size, "WIDTHxHEIGHT in pixels of the window or the screenshot (default 1600x1000)");
   cli.add_option("--at", a.at,
-                 "Screenshot: where the clock stands: end (default), start, round:K (after round K), event:N, P% "
-                 "(of the run), compacting:T[:K] (the K-th compaction batch, sliding, T in 0..1)");
+                 "Where the clock stands: end (a screenshot's default), start, round:K (after round K), event:N, "
+                 "P% (of the run), compacting:T[:K] (the K-th compaction batch, sliding, T in 0..1); the window "
+                 "opens there, paused");
   cli.add_flag("--play", a.play, "Screenshot: play from --at (default start) for the frames, 60 frames a second");
   cli.add_flag("--verify", a.verify,
                "Screenshot: read the PNG back and check every pool slot's colour against the replayed cache "
