@@ -101,6 +101,18 @@ TEST(BadInput, CompactionBenchWithNothingToMoveSaysSo) {
   EXPECT_NE(r.out.find("| 16 | 100.0% | 0 | 0 MB | nothing to move |"), std::string::npos) << r.out;
 }
 
+TEST(BadInput, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
+  // Each of these once ran to the end (minutes, for eval) and only then failed to write.
+  const std::string nowhere = "/nonexistent-kvscope-dir/out";
+  expect_one_line_error("eval --windows 1 --context 64 --json " + nowhere, nowhere + ": cannot write: No such file");
+  expect_one_line_error("simulate --strategy holes --trace " + nowhere, nowhere + ": cannot write: No such file");
+  expect_one_line_error("serve-bench --requests 2 --trace " + nowhere, nowhere + ": cannot write: No such file");
+  expect_one_line_error(kTiny + "--prompt hi --trace " + nowhere, nowhere + ": cannot write: No such file");
+  expect_one_line_error("simulate --strategy holes --trace /tmp", "/tmp: is a directory, not a file");
+  const ProgramRun r = run_kvscope("simulate --strategy holes --trace " + nowhere);
+  EXPECT_EQ(r.out, "") << "the run went ahead";
+}
+
 TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {
   expect_one_line_error(kTiny + "--prompt hi --budget 20 --sinks 4 --recent 32",
                         "eviction budget 20 is smaller than the protected tokens (4 sinks + 32 recent)");

@@ -8,16 +8,11 @@
 // calibration file that the TriAttention policy reads. Prints a summary: per
 // layer, how concentrated the query directions are (mean |qbar_f| / m_f: 1 when
 // every query of a head points the same way in a band, near 0 when they cancel).
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -45,25 +40,12 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Fail before the long run, not after it: open the output for writing now (without
-// truncating it), and remove it again if it did not exist.
-void check_writable(const std::string& out) {
-  namespace fs = std::filesystem;
-  if (out.empty()) throw Error("--out: no file name given");
-  std::error_code ec;
-  if (fs::is_directory(out, ec)) throw file_error(out, "is a directory, not a file");
-  const bool existed = fs::exists(out, ec);
-  const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT, 0644);
-  if (fd < 0) throw file_error(out, std::string("cannot write: ") + std::strerror(errno));
-  ::close(fd);
-  if (!existed) ::unlink(out.c_str());
-}
-
 void run_calibrate(const CalibrateArgs& a) {
   set_threads(a.threads);
   if (a.max_tokens < 0) throw Error("--max-tokens must be >= 0");
   if (a.chunk < 0) throw Error("--chunk must be >= 0");
-  check_writable(a.out);
+  if (a.out.empty()) throw Error("--out: no file name given");
+  check_writable(a.out);  // before the long run, not after it
 
   const std::string text = read_file(a.text);  // names the file if missing
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw file_error(a.text, "the text is empty");

@@ -59,6 +59,7 @@ nlohmann::json to_json(const EvalReport& r) {
 void run_eval(EvalArgs a) {
   set_threads(a.threads);
   if (a.windows < 0) throw Error("--windows must be >= 0");
+  if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it
   if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
   EvalSettings& s = a.settings;

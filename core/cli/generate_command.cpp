@@ -71,6 +71,7 @@ void check_args(const GenerateArgs& a) {
   if (!(a.kv_memory_mb >= 0)) throw Error("--kv-memory must be >= 0 MB");
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
   const Sampler checked({a.temperature, a.top_k, a.top_p, a.seed});  // its checks, before the prompt is printed
+  if (!a.trace.empty()) check_writable(a.trace);
 }
 
 void run_generate(const GenerateArgs& a) {

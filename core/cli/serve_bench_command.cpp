@@ -131,6 +131,8 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
 void run_serve_bench(const ServeBenchArgs& a) {
   set_threads(a.threads);
   check_args(a);
+  for (const std::string& out : {a.json, a.trace})
+    if (!out.empty()) check_writable(out);  // before the runs, not after them
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   if (a.layers < 0) throw Error("--layers must be >= 0, got " + std::to_string(a.layers));
   const bool random = !a.config.empty();

@@ -26,6 +26,7 @@
 #include "model/memory.h"
 #include "sim/synthetic.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvscope::cli {
 
@@ -256,6 +257,7 @@ void print_law(const SimulationConfig& c) {
 
 void run_simulate(const SimulateArgs& a) {
   check_args(a);
+  if (!a.trace.empty()) check_writable(a.trace);  // before the run, not after it
   const SimulationConfig base = base_config(a);
   const std::vector<MemoryStrategy> which = strategies(a.strategy);
   check_simulation_config(base);  // before anything is printed

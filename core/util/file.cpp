@@ -29,6 +29,17 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+void check_writable(const std::string& path) {
+  if (path.empty()) throw Error("an output file name is empty");
+  struct stat st {};
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  if (existed && S_ISDIR(st.st_mode)) throw file_error(path, "is a directory, not a file");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  if (fd < 0) throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw file_error(path, std::string("cannot open: ") + std::strerror(errno));

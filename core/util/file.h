@@ -11,6 +11,11 @@ std::string read_file(const std::string& path);
 
 bool file_exists(const std::string& path);
 
+// Fails now, not after a long run, if `path` cannot be written: opens it for writing
+// without truncating it, and removes it again if it did not exist. kvscope::Error
+// naming the file (a directory, a missing folder, no permission).
+void check_writable(const std::string& path);
+
 // A read-only, private memory map of a whole file. Move-only; unmaps on destruction.
 class MappedFile {
  public:
