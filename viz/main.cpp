@@ -227,6 +227,7 @@ int run(const Args& a) {
   parse_size(a.size, width, height);
   const bool headless = !a.screenshot.empty();
   if (a.verify && !headless) fail("--verify checks a screenshot: give --screenshot FILE.png");
+  if (headless) check_writable(a.screenshot);  // before the scenario is recorded
   if (!headless && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY"))
     fail("no display (DISPLAY is not set): write a picture with --screenshot FILE.png (under `xvfb-run -a "
          "kvscope-viz --screenshot FILE.png ...`), or run the window under xvfb-run or on a desktop",
