@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <string>
 #include <numeric>
+#include <string>
 
 #include "util/error.h"
 
