@@ -266,7 +266,9 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file");
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id)");
-  cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--device", a.device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
       ->capture_default_str()

@@ -289,7 +289,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--workload", a->sim.workload, "Token importance: uniform, sinks-recency, clustered, heavy-tailed")
       ->capture_default_str();
   cmd->add_option("--strategy", a->strategy, "all, holes, reuse or compact")->capture_default_str();
-  cmd->add_option("--seed", a->sim.seed, "Seed of the workload and the random policy")->capture_default_str();
+  cmd->add_option("--seed", a->sim.seed, "Seed of the workload and the random policy")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->add_option("--seeds", a->seeds, "Runs with seeds seed, seed+1, ...: mean [min, max]")->capture_default_str();
   cmd->add_option("--mode", a->mode, "one-shot or streaming (default: streaming when --budget is given)")
       ->check(CLI::IsMember({"one-shot", "streaming"}));
