@@ -23,12 +23,6 @@
 
 namespace kvscope::cli {
 
-static std::string shown_number(double x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", x);
-  return text;
-}
-
 // A finite number in [low, high] (above low when `above_low`), else a sentence
 // saying why not. strtod reads "nan" and "inf" too; they are refused here, since
 // every comparison with NaN is false and a range check alone lets it through.
@@ -38,9 +32,9 @@ static CLI::Validator number_check(double low, bool above_low, double high, cons
         char* end = nullptr;
         const double x = std::strtod(text.c_str(), &end);
         if (text.empty() || *end != '\0' || !std::isfinite(x)) return "expects a number, not " + text;
-        if (above_low && x <= low) return "must be above " + shown_number(low) + ", not " + text;
-        if (x < low) return "must be " + shown_number(low) + " or more, not " + text;
-        if (x > high) return "must be " + shown_number(high) + " or less, not " + text;
+        if (above_low && x <= low) return "must be above " + number_text(low) + ", not " + text;
+        if (x < low) return "must be " + number_text(low) + " or more, not " + text;
+        if (x > high) return "must be " + number_text(high) + " or less, not " + text;
         return "";
       },
       name);

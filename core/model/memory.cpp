@@ -1,7 +1,6 @@
 #include "model/memory.h"
 
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "util/error.h"
@@ -41,9 +40,7 @@ int64_t weight_bytes(const ModelConfig& config, int weight_bits) {
 // A size in decimal GB that must be finite and >= 0.
 static void check_gb(double gb, const char* option) {
   if (std::isfinite(gb) && gb >= 0) return;
-  char got[32];
-  std::snprintf(got, sizeof got, "%g", gb);
-  throw Error(std::string(option) + " must be a number of GB >= 0, got " + got);
+  throw Error(std::string(option) + " must be a number of GB >= 0, got " + number_text(gb));
 }
 
 void check_budget(const MemoryBudget& budget) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <string>
 
@@ -17,17 +16,11 @@ int argmax(const float* x, int n) {
   return best;
 }
 
-static std::string shown(float x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", double(x));
-  return text;
-}
-
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {
   if (!(config.temperature >= 0) || !std::isfinite(config.temperature))
-    throw Error("temperature must be >= 0 (0: greedy), got " + shown(config.temperature));
+    throw Error("temperature must be >= 0 (0: greedy), got " + number_text(config.temperature));
   if (config.top_k < 0) throw Error("top-k must be >= 0 (0: all tokens), got " + std::to_string(config.top_k));
-  if (!(config.top_p > 0 && config.top_p <= 1)) throw Error("top-p must be in (0, 1], got " + shown(config.top_p));
+  if (!(config.top_p > 0 && config.top_p <= 1)) throw Error("top-p must be in (0, 1], got " + number_text(config.top_p));
 }
 
 int Sampler::sample(const float* logits, int n) {

@@ -5,6 +5,7 @@
 // The command-line program prints it after "kvscope: error: " and exits with 1.
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,13 @@ struct Error : std::runtime_error {
 // Error("FILE: what") in one call.
 inline Error file_error(const std::string& file, const std::string& what) {
   return Error(file + ": " + what);
+}
+
+// A number as a message quotes it: "-1", "0.875", "nan", "1e+30" (printf's %g).
+inline std::string number_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
 }
 
 }  // namespace kvscope
