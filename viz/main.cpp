@@ -373,19 +373,25 @@ int main(int argc, char** argv) {
                  "views mean something only with a trained model");
   cli.add_option("--calibration", a.calibration,
                  "TriAttention's calibration file (kvscope calibrate); default DIR/triattention-calibration.json");
-  cli.add_option("--screenshot", a.screenshot, "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)");
+  // The screenshot-only options are refused without --screenshot (the window would ignore them).
+  CLI::Option* shot = cli.add_option("--screenshot", a.screenshot,
+                                     "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)");
   cli.add_option("--frames", a.frames, "Screenshot: frames to render before writing (default 3)")
-      ->check(CLI::Range(1, 100000));
+      ->check(CLI::Range(1, 100000))
+      ->needs(shot);
   cli.add_option("--size", a.size, "WIDTHxHEIGHT in pixels of the window or the screenshot (default 1600x1000)");
   cli.add_option("--at", a.at,
                  "Where the clock stands: end (a screenshot's default), start, round:K (after round K), event:N, "
                  "P% (of the run), compacting:T[:K] (the K-th compaction batch, sliding, T in 0..1); the window "
                  "opens there, paused");
-  cli.add_flag("--play", a.play, "Screenshot: play from --at (default start) for the frames, 60 frames a second");
+  cli.add_flag("--play", a.play, "Screenshot: play from --at (default start) for the frames, 60 frames a second")
+      ->needs(shot);
   cli.add_flag("--verify", a.verify,
                "Screenshot: read the PNG back and check every pool slot's colour against the replayed cache "
-               "(free, live, hole, not written yet); exit 1 on any mismatch");
-  cli.add_option("--mouse", a.mouse, "Screenshot: put the mouse at X,Y (pixels) to show a tooltip and the highlights");
+               "(free, live, hole, not written yet); exit 1 on any mismatch")
+      ->needs(shot);
+  cli.add_option("--mouse", a.mouse, "Screenshot: put the mouse at X,Y (pixels) to show a tooltip and the highlights")
+      ->needs(shot);
   cli.add_flag("--bench-frame", a.bench, "Print the CPU time to build frames of a 4,096-block pool and a 1M-token run");
   try {
     cli.parse(argc, argv);
