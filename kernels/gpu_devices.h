@@ -1,6 +1,7 @@
 // Which CUDA GPUs this process can use. Plain C++: callers need no CUDA headers.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,17 @@ struct GpuInfo {
   int memory_clock_khz = 0;   // peak memory clock
   int memory_bus_bits = 0;    // memory bus width
 
-  // Peak DRAM bandwidth in bytes/s: two transfers per clock (DDR) over the bus.
+  // Peak DRAM bandwidth in bytes/s: two transfers per clock (DDR) over the bus;
+  // 0 when the driver reports no memory clock or bus width (then "n/a" in the tables).
   double peak_bandwidth() const { return 2.0 * memory_clock_khz * 1e3 * memory_bus_bits / 8; }
+  // "peak memory bandwidth 4917 GB/s = 2 x 3201 MHz x 6144 bits / 8", or why it is unknown.
+  std::string peak_text() const {
+    if (peak_bandwidth() <= 0) return "peak memory bandwidth unknown (the driver reports no memory clock or bus width)";
+    char s[128];
+    std::snprintf(s, sizeof s, "peak memory bandwidth %.0f GB/s = 2 x %.0f MHz x %d bits / 8", peak_bandwidth() / 1e9,
+                  memory_clock_khz / 1e3, memory_bus_bits);
+    return s;
+  }
 };
 
 // The GPUs present. With no driver or no device, an empty list and `why`

@@ -108,8 +108,8 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
         cuda::paged_attention(out.get(), q.get(), q_pos.get(), 1, layer.kv, heads, workspace.get());
       });
       const double bytes = 2.0 * layer.live * kv_dim * sizeof(float);  // K and V rows, every KV head
-      std::printf("| %d | %s | %d | %d | %.1f us | %.0f | %.0f%% |\n", n, evict > 0 ? "50% evicted" : "none",
-                  layer.live, layer.kv.table_slots, 1e6 * s, bytes / s / 1e9, 100 * bytes / s / gpu.peak_bandwidth());
+      std::printf("| %d | %s | %d | %d | %.1f us | %.0f | %s |\n", n, evict > 0 ? "50% evicted" : "none", layer.live,
+                  layer.kv.table_slots, 1e6 * s, bytes / s / 1e9, percent_of(bytes / s, gpu.peak_bandwidth()).c_str());
     }
   }
   std::printf("\nGB/s = bytes of the live K and V rows (%d floats each) / time: what decode must read. Holes are\n"

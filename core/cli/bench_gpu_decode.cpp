@@ -13,6 +13,7 @@
 // tokens/s grows with the batch until the K/V reads dominate.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -106,8 +107,10 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
       const double kv_bytes = 2.0 * config.num_layers * config.kv_dim() * 4 * (a.prompt_tokens + a.decode_tokens / 2.0);
       const double bytes = double(model.weights.matrix_bytes()) + n * kv_bytes;
       const double tps = double(n) * a.decode_tokens / r.decode_seconds, limit = n * gpu.peak_bandwidth() / bytes;
-      std::printf("| %s | %d | %.0f | %.1f | %.3f | %.0f | %.0f%% |\n", wf.c_str(), n,
-                  double(n) * a.prompt_tokens / r.prefill_seconds, tps, bytes / 1e9, limit, 100 * tps / limit);
+      const std::string limit_text = limit > 0 ? std::to_string(std::lround(limit)) : "n/a";
+      std::printf("| %s | %d | %.0f | %.1f | %.3f | %s | %s |\n", wf.c_str(), n,
+                  double(n) * a.prompt_tokens / r.prefill_seconds, tps, bytes / 1e9, limit_text.c_str(),
+                  percent_of(tps, limit).c_str());
     }
   }
   const int most = *std::max_element(a.sequences.begin(), a.sequences.end());

@@ -30,9 +30,8 @@ inline cuda::GpuInfo bench_gpu(const std::string& command) {
 }
 
 inline void print_gpu_machine(const cuda::GpuInfo& g) {
-  std::printf("machine: %s (sm_%d%d, %.1f GiB, peak memory bandwidth %.0f GB/s = 2 x %.0f MHz x %d bits / 8), host %s\n",
-              g.name.c_str(), g.compute_major, g.compute_minor, double(g.memory_bytes) / (1u << 30),
-              g.peak_bandwidth() / 1e9, g.memory_clock_khz / 1e3, g.memory_bus_bits, cpu_name().c_str());
+  std::printf("machine: %s (sm_%d%d, %.1f GiB, %s), host %s\n", g.name.c_str(), g.compute_major, g.compute_minor,
+              double(g.memory_bytes) / (1u << 30), g.peak_text().c_str(), cpu_name().c_str());
 }
 
 // Seconds per call of fn() on the GPU: one warm-up call, then the best of 3 runs

@@ -1,8 +1,9 @@
 // Small helpers shared by the `kvscope bench ...` commands: a clock, the CPU's
-// name for the table header, and the process's peak memory (Linux).
+// name for the table header, a percentage cell, and the process's peak memory (Linux).
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -17,6 +18,15 @@ inline std::string cpu_name() {
   for (std::string line; std::getline(in, line);)
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "unknown CPU";
+}
+
+// 100 * part / whole as "42%", or "n/a" when the whole is not known (0: e.g. a peak
+// bandwidth the driver did not report), never "inf%".
+inline std::string percent_of(double part, double whole) {
+  if (!(whole > 0)) return "n/a";
+  char s[32];
+  std::snprintf(s, sizeof s, "%.0f%%", 100 * part / whole);
+  return s;
 }
 
 // Peak resident memory (VmHWM) since the last reset_peak_memory(), in bytes.

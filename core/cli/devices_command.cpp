@@ -19,9 +19,8 @@ static void run_devices() {
   auto gpus = cuda::list_gpus(why);
   if (gpus.empty()) std::printf("cuda: built in, but no GPU (%s)\n", why.c_str());
   for (const auto& g : gpus)
-    std::printf("cuda:%d %s, sm_%d%d, %.1f GiB, peak memory bandwidth %.0f GB/s (%d-bit bus, %.0f MHz)\n", g.index,
-                g.name.c_str(), g.compute_major, g.compute_minor, double(g.memory_bytes) / (1u << 30),
-                g.peak_bandwidth() / 1e9, g.memory_bus_bits, g.memory_clock_khz / 1e3);
+    std::printf("cuda:%d %s, sm_%d%d, %.1f GiB, %s\n", g.index, g.name.c_str(), g.compute_major, g.compute_minor,
+                double(g.memory_bytes) / (1u << 30), g.peak_text().c_str());
 #else
   std::printf("cuda: not built (no CUDA toolkit found at configure time)\n");
 #endif

@@ -1,0 +1,38 @@
+// What the GPU benchmarks print about the card's peak bandwidth: the formula with
+// its inputs, and "n/a" (never "inf%") where the driver reports no memory clock.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli/bench_util.h"
+#ifdef KVSCOPE_HAVE_CUDA
+#include "gpu_devices.h"
+#endif
+
+namespace kvscope {
+namespace {
+
+TEST(BenchText, PercentOfAnUnknownWholeIsNotAvailable) {
+  EXPECT_EQ(cli::percent_of(1, 4), "25%");
+  EXPECT_EQ(cli::percent_of(3, 2), "150%");
+  EXPECT_EQ(cli::percent_of(1, 0), "n/a");
+  EXPECT_EQ(cli::percent_of(0, 0), "n/a");
+  EXPECT_EQ(cli::percent_of(1, -1), "n/a");
+}
+
+#ifdef KVSCOPE_HAVE_CUDA
+TEST(BenchText, PeakBandwidthShowsItsInputsOrSaysItIsUnknown) {
+  cuda::GpuInfo h200;
+  h200.memory_clock_khz = 3201000;  // what an H200 reports (device library, KINDS.md)
+  h200.memory_bus_bits = 6144;
+  EXPECT_DOUBLE_EQ(h200.peak_bandwidth(), 2.0 * 3201e6 * 6144 / 8);
+  EXPECT_EQ(h200.peak_text(), "peak memory bandwidth 4917 GB/s = 2 x 3201 MHz x 6144 bits / 8");
+
+  const cuda::GpuInfo silent;  // no memory clock, no bus width
+  EXPECT_EQ(silent.peak_bandwidth(), 0);
+  EXPECT_EQ(silent.peak_text(), "peak memory bandwidth unknown (the driver reports no memory clock or bus width)");
+}
+#endif
+
+}  // namespace
+}  // namespace kvscope
