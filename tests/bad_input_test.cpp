@@ -1,6 +1,6 @@
 // Bad input to `kvscope` that is not a bad checkpoint (those are in
-// checkpoint_errors_test.cpp): flags out of range in every command, a prompt that
-// is not UTF-8, a KV pool too small for one block, and a pool that runs out
+// checkpoint_errors_test.cpp): flags out of range in every command, a prompt or a
+// text file that is not UTF-8, a KV pool too small for one block, and a pool that runs out
 // mid-generation.
 // Each is a one-line "kvscope: error: ..." on stderr and exit code 1, never a
 // crash; the library gives the same message as a kvscope::Error.
@@ -121,6 +121,21 @@ TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {
 
 TEST(BadInput, PromptThatIsNotUtf8) {
   expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
+}
+
+TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
+  // Once "prompt is not valid UTF-8", naming neither the file nor the option.
+  const std::string text = test::binary_path("not_utf8_" + std::to_string(::getpid()) + ".txt");
+  std::FILE* f = std::fopen(text.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fputs("A line of text,\nthen a byte that is no character: \xFF.\n", f);
+  std::fclose(f);
+  const std::string expected = text + ": not valid UTF-8 (byte offset 50): a text file is expected";
+  const std::string tiny = " --model '" + test::tiny_model("tiny-tied") + "'";
+  expect_one_line_error("eval" + tiny + " --text " + text, expected);
+  expect_one_line_error("calibrate" + tiny + " --text " + text + " --out " + test::binary_path("never.json"), expected);
+  expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + text, expected);
+  std::remove(text.c_str());
 }
 
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {

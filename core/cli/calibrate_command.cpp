@@ -47,7 +47,7 @@ void run_calibrate(const CalibrateArgs& a) {
   if (a.out.empty()) throw Error("--out: no file name given");
   check_writable(a.out);  // before the long run, not after it
 
-  const std::string text = read_file(a.text);  // names the file if missing
+  const std::string text = read_text_file(a.text);  // names the file if missing or not text
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw file_error(a.text, "the text is empty");
   Model model = load_model(a.model_dir);
   print_warnings(model.warnings);

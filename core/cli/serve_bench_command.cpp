@@ -155,7 +155,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   std::string text = random ? "" : a.text;
   if (!random && text.empty() && file_exists(a.model_dir + "/heldout.txt")) text = a.model_dir + "/heldout.txt";
   std::vector<int> text_ids;
-  if (!text.empty()) text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_file(text));
+  if (!text.empty()) text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_text_file(text));
   if (!text.empty() && text_ids.empty()) throw file_error(text, "has no tokens");
   const std::vector<std::vector<int>> prompts = make_prompts(text_ids, a.requests, a.prompt_len, c.vocab_size, a.seed);
 

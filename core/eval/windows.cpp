@@ -1,13 +1,12 @@
 #include "eval/windows.h"
 
 #include "util/error.h"
-#include "util/file.h"
 
 namespace kvscope {
 
 std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& path, int length,
                                            int max_windows) {
-  const std::string text = read_file(path);
+  const std::string text = read_text_file(path);
   const std::string separator = "<|endoftext|>";
   std::vector<std::vector<int>> windows;
   int documents = 0;

@@ -61,13 +61,14 @@ int utf8_char_length(std::string_view s, size_t i) {
   return len;
 }
 
-// Throws the prompt error at the first byte that is not part of a valid character.
-void check_utf8(std::string_view s) {
+// The offset of the first byte that is not part of a valid character, or npos.
+size_t first_invalid_utf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     int n = utf8_char_length(s, i);
-    if (n <= 0) throw Error("prompt is not valid UTF-8 (byte offset " + std::to_string(i) + ")");
+    if (n <= 0) return i;
     i += n;
   }
+  return std::string_view::npos;
 }
 
 bool is_ascii(std::string_view s) {
@@ -509,7 +510,8 @@ std::string normalize(std::string_view s, int options) {
 }  // namespace
 
 std::vector<int> Tokenizer::encode(std::string_view text) const {
-  check_utf8(text);
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
+    throw Error("prompt is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
   std::vector<int> ids;
   size_t start = 0;  // text[start, pos) has no added token and is not encoded yet
   for (size_t pos = 0; pos < text.size();) {
@@ -675,6 +677,13 @@ std::string StreamDecoder::take(bool at_end) {
   }
   pending_.erase(0, i);
   return out;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::string text = read_file(path);
+  if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
+    throw file_error(path, "not valid UTF-8 (byte offset " + std::to_string(bad) + "): a text file is expected");
+  return text;
 }
 
 }  // namespace kvscope
