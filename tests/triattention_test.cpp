@@ -453,6 +453,12 @@ TEST(TriAttention, LoadErrorsNameTheFile) {
   expect_error([&] { TriCalibration::load(nan); }, nan, "q_abs_mean[0][0][3] is not a number");
 
   j = nlohmann::json::parse(text);
+  j["qbar_re"][1][0][4] = 1e300;  // a double, but past the largest float
+  const std::string huge = temp_file("huge.json");
+  write_text(huge, j.dump());
+  expect_error([&] { TriCalibration::load(huge); }, huge, "qbar_re[1][0][4] is 1e+300, not a finite float");
+
+  j = nlohmann::json::parse(text);
   j["q_abs_mean"][0][1][2] = 0.0;
   const std::string shorter = temp_file("shorter.json");
   write_text(shorter, j.dump());

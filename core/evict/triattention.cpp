@@ -267,7 +267,8 @@ void read_array(const nlohmann::json& root, const char* name, TriCalibration& c,
         const std::string wf = wh + "[" + std::to_string(f) + "]";
         if (!v.is_number()) throw file_error(path, wf + " is not a number (" + v.dump() + ")");
         const double x = v.get<double>();
-        if (!std::isfinite(x) || !std::isfinite(float(x))) throw file_error(path, wf + " is not finite");
+        if (!std::isfinite(x) || !std::isfinite(float(x)))
+          throw file_error(path, wf + " is " + v.dump() + ", not a finite float");
         out[c.index(l, h, f)] = float(x);
       }
     }
