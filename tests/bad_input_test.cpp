@@ -133,6 +133,7 @@ TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   const std::string expected = text + ": not valid UTF-8 (byte offset 50): a text file is expected";
   const std::string tiny = " --model '" + test::tiny_model("tiny-tied") + "'";
   expect_one_line_error("eval" + tiny + " --text " + text, expected);
+  expect_one_line_error("heads" + tiny + " --text " + text, expected);
   expect_one_line_error("calibrate" + tiny + " --text " + text + " --out " + test::binary_path("never.json"), expected);
   expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + text, expected);
   std::remove(text.c_str());

@@ -121,7 +121,7 @@ class StreamDecoder {
   std::string pending_;  // bytes not yet returned
 };
 
-// A text file to tokenize (eval, calibrate and serve-bench --text): its contents, or
+// A text file to tokenize (eval, heads, calibrate and serve-bench --text): its contents, or
 // kvscope::Error "PATH: not valid UTF-8 (byte offset N): ..." naming the file, and
 // "PATH: cannot open ..." as read_file.
 std::string read_text_file(const std::string& path);
