@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/invariants.h"
@@ -363,6 +364,27 @@ TEST(ServeBench, BadInputIsAClearError) {
   }
   const test::ProgramRun r = test::run_kvscope("serve-bench --blocks 0");
   EXPECT_EQ(r.output, "kvscope: error: --blocks must be >= 1, got 0\n");
+}
+
+// Options that the run would not use are refused, not dropped: --text and --model
+// beside --config (a random model has neither tokenizer nor weights to read), --layers
+// without --config or beyond its layers; and --strategies names the four it takes.
+TEST(ServeBench, OptionsItWouldIgnoreAreRefused) {
+  const std::string config = test::source_path("assets/configs/qwen3-0.6b-config.json");
+  const std::string model = test::tiny_model("tiny-tied");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--layers 2", "kvscope: error: --layers requires --config"},
+      {"--config " + config + " --layers 99", "kvscope: error: --layers 99: " + config + " has only 28 layers\n"},
+      {"--config " + config + " --text " + model + "/tokenizer.json", "excludes"},
+      {"--config " + config + " --model " + model, "excludes"},
+      {"--strategies none,holes,bogus", "kvscope: error: --strategies: bogus not in {none,holes,reuse,compact}"},
+  };
+  for (const auto& [args, message] : cases) {
+    const test::ProgramRun r = test::run_kvscope("serve-bench " + args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+  }
 }
 
 // The cell of `column` in the table row of `strategy`.

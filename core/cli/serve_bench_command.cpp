@@ -80,8 +80,6 @@ void check_args(const ServeBenchArgs& a) {
   if (a.chunk < 1) throw Error("--chunk must be >= 1, got " + std::to_string(a.chunk));
   if (a.repeat < 1) throw Error("--repeat must be >= 1, got " + std::to_string(a.repeat));
   if (a.strategies.empty()) throw Error("--strategies: name at least one of none, holes, reuse, compact");
-  for (const std::string& s : a.strategies)
-    if (s != "none") parse_strategy(s);  // "unknown memory strategy ..."
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
 }
 
@@ -141,7 +139,10 @@ void run_serve_bench(const ServeBenchArgs& a) {
   const Model model = [&] {
     if (!random) return load_model(a.model_dir);
     ModelConfig shape = load_config_file(a.config);
-    if (a.layers > 0) shape.num_layers = std::min(shape.num_layers, a.layers);
+    if (a.layers > shape.num_layers)
+      throw Error("--layers " + std::to_string(a.layers) + ": " + a.config + " has only " +
+                  std::to_string(shape.num_layers) + " layers");
+    if (a.layers > 0) shape.num_layers = a.layers;
     std::fprintf(stderr, "building a random bf16 model of %s's shape (%d layers)...\n", a.config.c_str(), shape.num_layers);
     return random_model(shape, DType::BF16, a.seed);
   }();
@@ -242,10 +243,18 @@ void add_serve_bench_command(CLI::App& app) {
   ServeBenchArgs& a = *args;
   CLI::App* cmd = app.add_subcommand("serve-bench", "Many requests through one KV pool under each memory strategy: "
                                                      "concurrency, tokens/s, preemptions");
-  cmd->add_option("--model", a.model_dir, "Hugging Face model folder")->capture_default_str();
-  cmd->add_option("--config", a.config, "A config.json: serve a model of its shape with random bf16 weights instead");
-  cmd->add_option("--layers", a.layers, "With --config: keep only the first N layers (0 = all)")->capture_default_str();
-  cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt; none: random ids)");
+  // --config replaces the model, so --model and --text (cut with the model's tokenizer)
+  // are refused beside it rather than ignored; --layers trims a --config model only.
+  CLI::Option* model = cmd->add_option("--model", a.model_dir, "Hugging Face model folder")->capture_default_str();
+  CLI::Option* config =
+      cmd->add_option("--config", a.config, "A config.json: serve a model of its shape with random bf16 weights "
+                                            "and random prompts instead")
+          ->excludes(model);
+  cmd->add_option("--layers", a.layers, "With --config: keep only the first N layers (0 = all)")
+      ->capture_default_str()
+      ->needs(config);
+  cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt; without one, random ids)")
+      ->excludes(config);
   cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str();
   cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str();
   cmd->add_option("--requests", a.requests, "Number of requests")->capture_default_str();
@@ -262,7 +271,8 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--recent", a.recent, "Newest tokens never evicted")->capture_default_str();
   cmd->add_option("--strategies", a.strategies, "Runs: none (no eviction), holes, reuse, compact")
       ->delimiter(',')
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "holes", "reuse", "compact"}));
   cmd->add_option("--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file");
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id)");
