@@ -290,5 +290,14 @@ TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
   expect_one_line_error("simulate --budget 16", "smaller than the protected tokens");
 }
 
+// A flag the chosen mode would not use is refused, not dropped: --evict beside
+// --budget (once, the budget won without a word), --slack outside streaming.
+TEST(SimulateCommand, FlagsTheModeWouldNotUseAreRefused) {
+  expect_one_line_error("simulate --budget 512 --evict 0.5", "--evict excludes --budget");
+  expect_one_line_error("simulate --slack 64", "--slack requires --budget");
+  expect_one_line_error("simulate --mode one-shot --budget 2000 --slack 64",
+                        "--slack is for streaming: a one-shot round does not use it");
+}
+
 }  // namespace
 }  // namespace kvscope

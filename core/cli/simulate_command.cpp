@@ -41,6 +41,7 @@ struct SimulateArgs {
   int seeds = 1;
   std::string config;  // a config.json to take bytes per token from (f32)
   std::string trace;
+  bool slack_given = false;  // --slack on the command line (only streaming uses it)
 };
 
 // ---- formatting --------------------------------------------------------------
@@ -100,6 +101,7 @@ void check_args(const SimulateArgs& a) {
   if (a.strategy != "all" && a.strategy != "holes" && a.strategy != "reuse" && a.strategy != "compact")
     throw Error("--strategy must be all, holes, reuse or compact, got \"" + a.strategy + "\"");
   if (a.mode == "streaming" && a.sim.schedule.budget < 1) throw Error("--mode streaming needs --budget");
+  if (a.mode == "one-shot" && a.slack_given) throw Error("--slack is for streaming: a one-shot round does not use it");
   if (!a.trace.empty() && (a.strategy == "all" || a.seeds > 1))
     throw Error("--trace records one run: give --strategy holes, reuse or compact and no --seeds");
 }
@@ -281,8 +283,11 @@ void add_simulate_command(CLI::App& app) {
       "Streaming (--budget B): append one token at a time and prune to B whenever B + slack are live,\n"
       "as the engine does; protection defaults to sinks 4, recent 32.");
   cmd->add_option("--tokens", a->sim.tokens, "Tokens to write")->capture_default_str();
-  cmd->add_option("--evict", a->sim.evict_fraction, "One-shot: the fraction of the tokens to evict")
-      ->capture_default_str();
+  // An option the chosen mode would not use is refused rather than ignored: --evict
+  // beside --budget (which replaces it in one-shot, and streaming has no use for it),
+  // --slack without streaming.
+  CLI::Option* evict = cmd->add_option("--evict", a->sim.evict_fraction, "One-shot: the fraction of the tokens to evict")
+                           ->capture_default_str();
   cmd->add_option("--block-size", a->sim.block_size, "Slots per physical block (vLLM: 16)")->capture_default_str();
   cmd->add_option("--policy", a->sim.policy, "random, streaming (sinks + newest) or importance (the workload's scores)")
       ->capture_default_str();
@@ -295,11 +300,14 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--seeds", a->seeds, "Runs with seeds seed, seed+1, ...: mean [min, max]")->capture_default_str();
   cmd->add_option("--mode", a->mode, "one-shot or streaming (default: streaming when --budget is given)")
       ->check(CLI::IsMember({"one-shot", "streaming"}));
-  cmd->add_option("--budget", a->sim.schedule.budget,
-                  "Live tokens kept by a round (streaming; or one-shot instead of --evict)")
-      ->check(kPositive);
-  cmd->add_option("--slack", a->sim.schedule.slack, "Streaming: a round starts at budget + slack live tokens")
-      ->capture_default_str();
+  CLI::Option* budget = cmd->add_option("--budget", a->sim.schedule.budget,
+                                        "Live tokens kept by a round (streaming; or one-shot instead of --evict)")
+                            ->check(kPositive)
+                            ->excludes(evict);
+  CLI::Option* slack =
+      cmd->add_option("--slack", a->sim.schedule.slack, "Streaming: a round starts at budget + slack live tokens")
+          ->capture_default_str()
+          ->needs(budget);
   cmd->add_option("--sinks", a->sinks, "First tokens never evicted (default: one-shot 0, streaming 4)")
       ->check(kNonNegative);
   cmd->add_option("--recent", a->recent, "Newest tokens never evicted (default: one-shot 0, streaming 32)")
@@ -309,7 +317,10 @@ void add_simulate_command(CLI::App& app) {
                   ->capture_default_str();
   cmd->add_option("--config", a->config, "Take bytes per token from this config.json (f32 K/V)")->excludes(bpt);
   cmd->add_option("--trace", a->trace, "Write the event stream of the run to this file (one strategy, one seed)");
-  cmd->callback([a] { run_simulate(*a); });
+  cmd->callback([a, slack] {
+    a->slack_given = slack->count() > 0;
+    run_simulate(*a);
+  });
 }
 
 }  // namespace kvscope::cli
