@@ -119,6 +119,16 @@ TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {
                         "eviction budget 20 is smaller than the protected tokens (4 sinks + 32 recent)");
 }
 
+TEST(BadInput, EvictionFlagsWithoutABudgetAreRefused) {
+  // generate evicts only with --budget; its eviction flags without one used to run
+  // the whole generation with nothing evicted ("cache: no eviction" at the end).
+  for (const std::string flag : {"--policy snapkv", "--strategy holes", "--sinks 2", "--recent 8", "--slack 16",
+                                 "--calibration x.json"}) {
+    const std::string name = flag.substr(0, flag.find(' '));
+    expect_one_line_error(kTiny + "--prompt hi " + flag, name + " requires --budget");
+  }
+}
+
 TEST(BadInput, PromptThatIsNotUtf8) {
   expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
 }

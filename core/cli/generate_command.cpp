@@ -158,17 +158,23 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block (1 to 256)")->capture_default_str();
-  cmd->add_option("--strategy", args->strategy, "After eviction: holes (blocks free only when empty), reuse (fill holes), compact")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"holes", "reuse", "compact"}));
-  cmd->add_option("--policy", args->policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
-  cmd->add_option("--calibration", args->calibration, "TriAttention calibration file (default: MODEL/triattention-calibration.json)");
-  cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")->capture_default_str();
-  cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")->capture_default_str();
-  cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")->capture_default_str();
-  cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str();
+  CLI::Option* strategy =
+      cmd->add_option("--strategy", args->strategy, "After eviction: holes (blocks free only when empty), reuse (fill holes), compact")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"holes", "reuse", "compact"}));
+  CLI::Option* policy = cmd->add_option("--policy", args->policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
+                            ->capture_default_str()
+                            ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
+  CLI::Option* calibration = cmd->add_option("--calibration", args->calibration,
+                                             "TriAttention calibration file (default: MODEL/triattention-calibration.json)");
+  CLI::Option* budget =
+      cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")->capture_default_str();
+  CLI::Option* slack =
+      cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")->capture_default_str();
+  CLI::Option* sinks = cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")->capture_default_str();
+  CLI::Option* recent = cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str();
+  // The eviction settings need --budget: without one nothing is evicted, and they would go unused.
+  for (CLI::Option* o : {strategy, policy, calibration, slack, sinks, recent}) o->needs(budget);
   cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
       ->capture_default_str();
   cmd->add_option("--trace", args->trace, "Record every cache event of the run to this file (replayable)");
