@@ -129,6 +129,16 @@ TEST(BadInput, EvictionFlagsWithoutABudgetAreRefused) {
   }
 }
 
+TEST(BadInput, CalibrationForAnotherPolicyIsRefused) {
+  // Only TriAttention reads a calibration; with another policy it went unused.
+  const std::string tiny = "--model '" + test::tiny_model("tiny-tied") + "' --calibration x.json ";
+  expect_one_line_error(kTiny + "--prompt hi --budget 48 --calibration x.json",
+                        "--calibration is for --policy triattention, not h2o");
+  expect_one_line_error("serve-bench " + tiny + "--policy snapkv", "--calibration is for --policy triattention, not snapkv");
+  expect_one_line_error("eval " + tiny + "--policies h2o,random",
+                        "--calibration is for the triattention policy, and --policies leaves it out");
+}
+
 TEST(BadInput, PromptThatIsNotUtf8) {
   expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
 }

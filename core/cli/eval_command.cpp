@@ -7,6 +7,7 @@
 // described in core/eval/eval.h. Prints a Markdown table; --json writes the numbers.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -60,6 +61,9 @@ void run_eval(EvalArgs a) {
   set_threads(a.threads);
   if (a.windows < 0) throw Error("--windows must be >= 0");
   if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it
+  const std::vector<std::string>& policies = a.settings.policies;
+  if (!a.calibration.empty() && std::find(policies.begin(), policies.end(), "triattention") == policies.end())
+    throw Error("--calibration is for the triattention policy, and --policies leaves it out");
   if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
   EvalSettings& s = a.settings;

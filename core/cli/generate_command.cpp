@@ -70,6 +70,8 @@ void check_args(const GenerateArgs& a) {
                 std::to_string(a.block_size));
   if (!(a.kv_memory_mb >= 0)) throw Error("--kv-memory must be >= 0 MB");
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
+  if (!a.calibration.empty() && a.policy != "triattention")
+    throw Error("--calibration is for --policy triattention, not " + a.policy);
   const Sampler checked({a.temperature, a.top_k, a.top_p, a.seed});  // its checks, before the prompt is printed
   if (!a.trace.empty()) check_writable(a.trace);
 }

@@ -81,6 +81,8 @@ void check_args(const ServeBenchArgs& a) {
   if (a.repeat < 1) throw Error("--repeat must be >= 1, got " + std::to_string(a.repeat));
   if (a.strategies.empty()) throw Error("--strategies: name at least one of none, holes, reuse, compact");
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
+  if (!a.calibration.empty() && a.policy != "triattention")
+    throw Error("--calibration is for --policy triattention, not " + a.policy);
 }
 
 // Request i's prompt: `len` tokens of the text from offset i * len (wrapping), or
