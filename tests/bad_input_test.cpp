@@ -83,6 +83,8 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("simulate --budget 0", "--budget: must be above 0, not 0");
   expect_one_line_error("simulate --sinks -5", "--sinks: must be 0 or more, not -5");
   expect_one_line_error("heads --recent -1", "--recent: must be 0 or more, not -1");
+  expect_one_line_error("heads --from 600 --length 512",  // with the range, before the model loads
+                        "heads: the first measured query (--from 600) must be in [sinks + recent, window length) = [36, 512)");
   expect_one_line_error(kTiny + "--prompt hi --seed -1", "--seed: must be 0 or more, not -1");  // not 2^64 - 1
 }
 

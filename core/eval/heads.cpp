@@ -24,15 +24,21 @@ double top_decile_share(std::vector<double> received) {
 
 }  // namespace
 
+void check_head_settings(const HeadSettings& s, int length) {
+  if (s.sinks < 0 || s.recent < 0) throw Error("heads: sinks and recent must be >= 0");
+  if (s.from < s.sinks + s.recent || s.from >= length)
+    throw Error("heads: the first measured query (--from " + std::to_string(s.from) +
+                ") must be in [sinks + recent, window length) = [" + std::to_string(s.sinks + s.recent) + ", " +
+                std::to_string(length) + ")");
+}
+
 std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vector<int>>& windows,
                                   const HeadSettings& s) {
   const ModelConfig& c = model.config;
   const int heads = c.num_layers * c.num_heads;
   if (windows.empty()) throw Error("heads: no windows");
   const int length = int(windows[0].size());
-  if (s.sinks < 0 || s.recent < 0) throw Error("heads: sinks and recent must be >= 0");
-  if (s.from < s.sinks + s.recent || s.from >= length)
-    throw Error("heads: the first measured query must be in [sinks + recent, window length)");
+  check_head_settings(s, length);
 
   std::vector<HeadStats> out(static_cast<size_t>(heads));
   int queries = 0;

@@ -28,6 +28,10 @@ struct HeadSettings {
   int recent = 32;
 };
 
+// kvscope::Error unless sinks, recent >= 0 and sinks + recent <= from < length (the
+// window length): the queries measured must see every sink and a full recent window.
+void check_head_settings(const HeadSettings& settings, int length);
+
 // [layer * num_heads + head]. windows: token ids, all of one length > from.
 std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vector<int>>& windows,
                                   const HeadSettings& settings);
