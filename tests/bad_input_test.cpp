@@ -141,6 +141,14 @@ TEST(BadInput, CalibrationForAnotherPolicyIsRefused) {
                         "--calibration is for the triattention policy, and --policies leaves it out");
 }
 
+TEST(BadInput, ChatWithAModelThatHasNoChatTokens) {
+  // The bundled model's tokenizer has no <|im_start|>: --chat once wrapped the prompt in
+  // markers that were then read as plain text, without a word.
+  expect_one_line_error("generate --prompt hi --chat",
+                        "assets/model/tokenizer.json has no <|im_start|> and <|im_end|> tokens: the model was not "
+                        "trained on ChatML (drop --chat)");
+}
+
 TEST(BadInput, PromptThatIsNotUtf8) {
   expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
 }

@@ -86,6 +86,10 @@ void run_generate(const GenerateArgs& a) {
   print_warnings(model.warnings);
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
 
+  // ChatML's markers must be tokens of their own; otherwise they would be read as plain text.
+  if (a.chat && !(tokenizer.token_id("<|im_start|>") && tokenizer.token_id("<|im_end|>")))
+    throw Error("--chat: " + shown_path(tokenizer.path()) +
+                " has no <|im_start|> and <|im_end|> tokens: the model was not trained on ChatML (drop --chat)");
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
   if (tokenizer.encode(text).empty()) throw Error("the prompt is empty");
   const std::vector<int> prompt = tokenizer.with_special_tokens(tokenizer.encode(text));  // BOS first, if the model has one
