@@ -44,7 +44,6 @@ const char* role(const HeadStats& h) {
 void run_heads(const HeadsArgs& a) {
   set_threads(a.threads);
   if (a.windows < 1) throw Error("--windows must be at least 1");
-  if (a.length < 2) throw Error("--length must be at least 2, got " + std::to_string(a.length));
   check_head_settings(a.settings, a.length);  // before the model loads
   if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
