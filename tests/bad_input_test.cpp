@@ -128,6 +128,9 @@ TEST(BadInput, EvictionFlagsWithoutABudgetAreRefused) {
                                  "--calibration x.json"}) {
     const std::string name = flag.substr(0, flag.find(' '));
     expect_one_line_error(kTiny + "--prompt hi " + flag, name + " requires --budget");
+    // --budget 0 is "no eviction": the flag would go unused just the same.
+    expect_one_line_error(kTiny + "--prompt hi --budget 0 " + flag,
+                          name + " needs a budget above 0: --budget 0 means no eviction");
   }
 }
 

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cache/kv_storage.h"
@@ -179,12 +180,19 @@ void add_generate_command(CLI::App& app) {
       cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")->capture_default_str();
   CLI::Option* sinks = cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")->capture_default_str();
   CLI::Option* recent = cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str();
-  // The eviction settings need --budget: without one nothing is evicted, and they would go unused.
-  for (CLI::Option* o : {strategy, policy, calibration, slack, sinks, recent}) o->needs(budget);
+  // The eviction settings need a budget: without one (or with --budget 0) nothing is
+  // evicted, and they would go unused.
+  const std::vector<CLI::Option*> eviction_flags = {strategy, policy, calibration, slack, sinks, recent};
+  for (CLI::Option* o : eviction_flags) o->needs(budget);
   cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
       ->capture_default_str();
   cmd->add_option("--trace", args->trace, "Record every cache event of the run to this file (replayable)");
-  cmd->callback([args] { run_generate(*args); });
+  cmd->callback([args, eviction_flags] {
+    for (const CLI::Option* o : eviction_flags)
+      if (args->budget == 0 && o->count() > 0)
+        throw Error(o->get_name() + " needs a budget above 0: --budget 0 means no eviction");
+    run_generate(*args);
+  });
 }
 
 }  // namespace kvscope::cli
