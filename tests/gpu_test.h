@@ -16,6 +16,7 @@
 #ifdef KVSCOPE_HAVE_CUDA
 #include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
+#include "cli/bench_gpu_util.h"  // table_of: the block table and slot positions the kernels read
 #include "device_array.h"
 #include "gpu_devices.h"
 #include "kernels.h"
@@ -83,12 +84,7 @@ struct RandomPagedCache {
   }
 
   void refresh_table() {
-    const Sequence& s = cache.sequence(seq);
-    blocks = s.blocks;
-    slot_pos.assign(s.blocks.size() * size_t(cache.block_size()), -1);
-    for (size_t i = 0; i < s.blocks.size(); ++i)
-      for (int j = 0; j < cache.block_size(); ++j)
-        slot_pos[i * cache.block_size() + j] = int(cache.position({s.blocks[i], j}));
+    cli::table_of(cache, seq, blocks, slot_pos);
     d_blocks.upload(blocks);
     d_slot_pos.upload(slot_pos);
   }
