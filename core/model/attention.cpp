@@ -33,56 +33,85 @@ LiveSlots live_slots(const PagedKvCache& cache, int seq) {
   return out;
 }
 
+// Asks for one head's slice of a K or V row ([hd] floats) ahead of its use.
+static void prefetch_slice(const float* row, int hd) {
+  for (int i = 0; i < hd; i += 64 / int(sizeof(float))) __builtin_prefetch(row + i);  // one per 64-byte line
+}
+
 void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, const LiveSlots& keys,
                      const KvStorage& kv, int layer, AttentionShape shape) {
   constexpr int kTile = kFlashTile;  // keys scored together before the running sums are updated
   const int hd = shape.head_dim, q_dim = shape.n_heads * hd;
-  const int group = shape.n_heads / shape.n_kv_heads;
+  const int group = shape.n_heads / shape.n_kv_heads;  // query heads per KV head (GQA)
   const int n = int(keys.slots.size());
   const float scale = 1.0f / std::sqrt(float(hd));
   const double work = double(T) * shape.n_heads * n * hd;
 
+  // One work item: one query and one KV head with its group of query heads, so each
+  // K and V row is loaded once for the whole group.
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work > kMinParallelAttention)
   for (int t = 0; t < T; ++t) {
-    for (int h = 0; h < shape.n_heads; ++h) {
-      const float* qh = q + size_t(t) * q_dim + size_t(h) * hd;
-      const int kv_off = (h / group) * hd;  // GQA: the KV head this query head reads
-      float* acc = out + size_t(t) * q_dim + size_t(h) * hd;
-      std::fill(acc, acc + hd, 0.0f);
-      float m = -INFINITY, l = 0.0f;  // running max and running sum of exp(score - m)
-      float s[kTile];
+    for (int g = 0; g < shape.n_kv_heads; ++g) {
+      const int kv_off = g * hd;
+      const float* qg = q + size_t(t) * q_dim + size_t(g) * group * hd;  // [group, hd]
+      float* acc = out + size_t(t) * q_dim + size_t(g) * group * hd;     // [group, hd]
+      std::fill(acc, acc + size_t(group) * hd, 0.0f);
+      std::vector<float> m(group, -INFINITY);  // [group]  running max of the scores
+      std::vector<float> l(group, 0.0f);       // [group]  running sum of exp(score - m)
+      std::vector<float> m_new(group);         // [group]
+      std::vector<float> s(size_t(group) * kTile);  // [group, kTile]  the tile's scores
 
       for (int j0 = 0; j0 < n; j0 += kTile) {
         const int len = std::min(kTile, n - j0);
-        // 1. Score the tile (keys after the query's position are masked out).
-        float m_tile = -INFINITY;
+        // 0. Ask for this tile's V slices and the next tile's K slices now. Consecutive
+        //    slots are a whole row (kv_dim floats, 4 KiB in Qwen3-0.6B) apart, and the
+        //    hardware prefetchers do not cross 4 KiB pages: unasked, every slice is a
+        //    wait on DRAM (decode attention over 16K tokens took twice as long).
+        for (int j = j0; j < j0 + len; ++j) prefetch_slice(kv.value(layer, keys.slots[j]) + kv_off, hd);
+        for (int j = j0 + kTile; j < std::min(n, j0 + 2 * kTile); ++j)
+          prefetch_slice(kv.key(layer, keys.slots[j]) + kv_off, hd);
+
+        // 1. Score the tile, every head of the group (keys after the query's position are masked out).
+        bool any_visible = false;
         for (int j = 0; j < len; ++j) {
-          s[j] = -INFINITY;
-          if (keys.pos[j0 + j] > q_pos[t]) continue;
+          const bool visible = keys.pos[j0 + j] <= q_pos[t];
+          any_visible |= visible;
           const float* k = kv.key(layer, keys.slots[j0 + j]) + kv_off;
-          float dot = 0.0f;
+          for (int h = 0; h < group; ++h) {
+            const float* qh = qg + h * hd;
+            float dot = 0.0f;
+            if (visible) {
 #pragma omp simd reduction(+ : dot)  // lets the compiler split the sum across vector lanes
-          for (int i = 0; i < hd; ++i) dot += qh[i] * k[i];
-          s[j] = dot * scale;
-          m_tile = std::max(m_tile, s[j]);
+              for (int i = 0; i < hd; ++i) dot += qh[i] * k[i];
+            }
+            s[h * kTile + j] = visible ? dot * scale : -INFINITY;
+          }
         }
-        if (m_tile == -INFINITY) continue;
-        // 2. Rescale what we have to the new max, then add the tile.
-        const float m_new = std::max(m, m_tile);
-        const float correction = std::exp(m - m_new);  // exp(-inf) = 0 on the first tile
-        l *= correction;
-        for (int i = 0; i < hd; ++i) acc[i] *= correction;
+        if (!any_visible) continue;
+
+        // 2. Rescale what each head has to its new max, then add the tile.
+        for (int h = 0; h < group; ++h) {
+          const float m_tile = *std::max_element(&s[h * kTile], &s[h * kTile] + len);
+          m_new[h] = std::max(m[h], m_tile);
+          const float correction = std::exp(m[h] - m_new[h]);  // exp(-inf) = 0 on the first tile
+          l[h] *= correction;
+          for (int i = 0; i < hd; ++i) acc[h * hd + i] *= correction;
+        }
         for (int j = 0; j < len; ++j) {
-          if (s[j] == -INFINITY) continue;
-          const float p = std::exp(s[j] - m_new);
-          l += p;
+          if (keys.pos[j0 + j] > q_pos[t]) continue;  // masked
           const float* v = kv.value(layer, keys.slots[j0 + j]) + kv_off;
+          for (int h = 0; h < group; ++h) {
+            const float p = std::exp(s[h * kTile + j] - m_new[h]);
+            l[h] += p;
+            float* a = acc + h * hd;
 #pragma omp simd
-          for (int i = 0; i < hd; ++i) acc[i] += p * v[i];
+            for (int i = 0; i < hd; ++i) a[i] += p * v[i];
+          }
         }
         m = m_new;
       }
-      for (int i = 0; i < hd; ++i) acc[i] /= l;
+      for (int h = 0; h < group; ++h)
+        for (int i = 0; i < hd; ++i) acc[h * hd + i] /= l[h];
     }
   }
 }
