@@ -6,7 +6,8 @@
 // so it stays right when hole reuse puts new tokens in old slots).
 //
 //   flash  online softmax, one tile of keys at a time: a running max m, a running
-//          sum l and a running output; never holds a row of scores.
+//          sum l and a running output; never holds a row of scores. The query
+//          heads of one KV head (GQA) go through the keys together.
 //   eager  materialises softmax(q K^T / sqrt(d)) for a whole head, [T, n], and so
 //          can hand the attention probabilities to the policies that need them
 //          (H2O, SnapKV): column sums of P over the queries t >= sum_from.
