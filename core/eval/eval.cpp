@@ -32,12 +32,13 @@ double nll(const float* logits, int n, int target) {
   return std::log(sum) - (double(logits[target]) - top);
 }
 
-// Feeds window[0..context) one token at a time, then generates greedily.
+// Feeds window[0..context) one token at a time, then generates greedily. The
+// cache's events up to the window's end go to `log` when one is given.
 WindowRun run_window(const Model& model, const std::vector<int>& window, const EvalSettings& s,
-                     const EngineConfig& engine_config) {
+                     const EngineConfig& engine_config, EventLog* log = nullptr) {
   const int vocab = model.config.vocab_size;
   const int scored_from = s.scored_from < 0 ? s.context / 2 : s.scored_from;
-  Engine engine(model, engine_config);
+  Engine engine(model, engine_config, log);
   const int seq = engine.add_sequence();
   WindowRun run;
   const float* logits = nullptr;
@@ -49,11 +50,33 @@ WindowRun run_window(const Model& model, const std::vector<int>& window, const E
     }
   }
   run.stats = engine.stats(seq);
+  const size_t window_events = log ? log->size() : 0;
   for (int g = 0; g < s.continuation; ++g) {
     run.greedy.push_back(argmax(logits, vocab));
     if (g + 1 < s.continuation) logits = engine.decode(seq, run.greedy.back());
   }
+  if (log) log->resize(window_events);  // the stats are the window's end: so is the log
   return run;
+}
+
+// The blocks a run would hold at its end under holes only, from the events of the
+// same run under compaction: its writes and evictions, replayed round by round on
+// a cache that leaves holes. The two strategies evict the same tokens (compaction
+// leaves every logit bit-for-bit unchanged: Engine.CompactionLeavesEveryLogitBitUnchanged),
+// so the model need not run a second time to count them.
+int blocks_under_holes(const EventLog& compact_run, int num_blocks, int block_size) {
+  PagedKvCache cache(num_blocks, block_size, MemoryStrategy::HolesOnly);
+  const int seq = cache.add_sequence();
+  std::vector<int64_t> evicted;
+  for (const Event& e : compact_run) {
+    if (e.kind == EventKind::SlotWritten) cache.append(seq);  // the next position, as in the run
+    if (e.kind == EventKind::SlotEvicted) evicted.push_back(e.pos);
+    if (e.kind == EventKind::RoundEnd) {
+      cache.evict(seq, evicted);
+      evicted.clear();
+    }
+  }
+  return int(cache.sequence(seq).blocks.size());
 }
 
 // Running sums for one row of the table.
@@ -136,7 +159,7 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
 
   Totals full_totals;
   std::vector<Totals> totals(size_t(n_policies) * n_keep);
-  const int total = int(windows.size()) * (1 + 2 * n_policies * n_keep);
+  const int total = int(windows.size()) * (1 + n_policies * n_keep);
   int done = 0;
   for (const std::vector<int>& window : windows) {
     const WindowRun full = run_window(model, window, s, base);
@@ -155,14 +178,14 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
         config.policy = factories[p] ? factories[p] : [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
         Totals& t = totals[size_t(p) * n_keep + k];
         config.strategy = MemoryStrategy::Compact;
-        const WindowRun compact = run_window(model, window, s, config);
+        EventLog events;
+        const WindowRun compact = run_window(model, window, s, config, &events);
         if (progress) progress(++done, total);
-        config.strategy = MemoryStrategy::HolesOnly;
-        const WindowRun holes = run_window(model, window, s, config);
-        if (progress) progress(++done, total);
+        SequenceStats holes = compact.stats;
+        holes.blocks_in_use = blocks_under_holes(events, config.num_blocks, config.block_size);
         add_quality(t, compact, full, s.continuation);
         t.freed_compact += compact.stats.blocks_freed_fraction();
-        t.freed_holes += holes.stats.blocks_freed_fraction();
+        t.freed_holes += holes.blocks_freed_fraction();
       }
     }
   }

@@ -10,11 +10,13 @@
 //     greedy match    greedy tokens after the window equal to the full cache's,
 //                     counted up to the first difference, out of `continuation`
 //     blocks freed    1 - blocks in use / blocks the full cache needs, at the
-//                     window's end (the engine's own counters, per strategy)
+//                     window's end (the cache's own counters, per strategy)
 //
 // The two strategies keep the same tokens and give bit-identical logits (a test
-// checks it), so quality is measured once per policy and budget; only the blocks
-// differ. Numbers are averaged over windows (perplexity: over all scored tokens).
+// checks it), so the model runs once per policy and budget, under compaction;
+// its writes and evictions, replayed on a cache that leaves holes, give the
+// holes-only blocks. Numbers are averaged over windows (perplexity: over all
+// scored tokens).
 #pragma once
 
 #include <functional>
