@@ -40,26 +40,36 @@ static void prefetch_slice(const float* row, int hd) {
 
 void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, const LiveSlots& keys,
                      const KvStorage& kv, int layer, AttentionShape shape) {
-  constexpr int kTile = kFlashTile;  // keys scored together before the running sums are updated
+  constexpr int kTile = kFlashTile;        // keys scored together before the running sums are updated
+  constexpr int kQueryTile = kFlashQueryTile;  // queries that walk the keys together
   const int hd = shape.head_dim, q_dim = shape.n_heads * hd;
   const int group = shape.n_heads / shape.n_kv_heads;  // query heads per KV head (GQA)
   const int n = int(keys.slots.size());
   const float scale = 1.0f / std::sqrt(float(hd));
   const double work = double(T) * shape.n_heads * n * hd;
+  const int query_tiles = (T + kQueryTile - 1) / kQueryTile;
 
-  // One work item: one query and one KV head with its group of query heads, so each
-  // K and V row is loaded once for the whole group.
+  // One work item: a tile of queries and one KV head. Its rows are every (query, head
+  // of the group) pair, and each K and V row is loaded once for all of them: for one
+  // decode query, once for the group's heads; for a chunk, once for 16 queries' heads.
+  // Each row's arithmetic is the same whatever the tile holds.
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work > kMinParallelAttention)
-  for (int t = 0; t < T; ++t) {
+  for (int qt = 0; qt < query_tiles; ++qt) {
     for (int g = 0; g < shape.n_kv_heads; ++g) {
+      const int t0 = qt * kQueryTile, tiles_T = std::min(kQueryTile, T - t0);
+      const int rows = tiles_T * group;  // row r: query t0 + r / group, head g * group + r % group
       const int kv_off = g * hd;
-      const float* qg = q + size_t(t) * q_dim + size_t(g) * group * hd;  // [group, hd]
-      float* acc = out + size_t(t) * q_dim + size_t(g) * group * hd;     // [group, hd]
-      std::fill(acc, acc + size_t(group) * hd, 0.0f);
-      std::vector<float> m(group, -INFINITY);  // [group]  running max of the scores
-      std::vector<float> l(group, 0.0f);       // [group]  running sum of exp(score - m)
-      std::vector<float> m_new(group);         // [group]
-      std::vector<float> s(size_t(group) * kTile);  // [group, kTile]  the tile's scores
+      auto row_q = [&](int r) { return q + size_t(t0 + r / group) * q_dim + size_t(g * group + r % group) * hd; };
+      auto row_out = [&](int r) { return out + size_t(t0 + r / group) * q_dim + size_t(g * group + r % group) * hd; };
+      int64_t last_pos = q_pos[t0];  // the latest query of the tile: keys after it are masked for every row
+      for (int t = t0; t < t0 + tiles_T; ++t) last_pos = std::max(last_pos, q_pos[t]);
+
+      for (int r = 0; r < rows; ++r) std::fill_n(row_out(r), hd, 0.0f);
+      std::vector<float> m(rows, -INFINITY);      // [rows]  running max of the scores
+      std::vector<float> l(rows, 0.0f);           // [rows]  running sum of exp(score - m)
+      std::vector<float> m_new(rows);             // [rows]
+      std::vector<char> visible(size_t(rows) * kTile);  // [rows, kTile]  key j at or before the row's query
+      std::vector<float> s(size_t(rows) * kTile);       // [rows, kTile]  the tile's scores
 
       for (int j0 = 0; j0 < n; j0 += kTile) {
         const int len = std::min(kTile, n - j0);
@@ -70,48 +80,54 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
         for (int j = j0; j < j0 + len; ++j) prefetch_slice(kv.value(layer, keys.slots[j]) + kv_off, hd);
         for (int j = j0 + kTile; j < std::min(n, j0 + 2 * kTile); ++j)
           prefetch_slice(kv.key(layer, keys.slots[j]) + kv_off, hd);
-
-        // 1. Score the tile, every head of the group (keys after the query's position are masked out).
         bool any_visible = false;
+        for (int j = j0; j < j0 + len; ++j) any_visible |= keys.pos[j] <= last_pos;
+        if (!any_visible) continue;  // the whole tile is in every query's future
+
+        // 1. Score the tile, every row (keys after the row's query position are masked out).
         for (int j = 0; j < len; ++j) {
-          const bool visible = keys.pos[j0 + j] <= q_pos[t];
-          any_visible |= visible;
           const float* k = kv.key(layer, keys.slots[j0 + j]) + kv_off;
-          for (int h = 0; h < group; ++h) {
-            const float* qh = qg + h * hd;
+          for (int r = 0; r < rows; ++r) {
+            const bool vis = keys.pos[j0 + j] <= q_pos[t0 + r / group];
+            visible[r * kTile + j] = vis;
+            const float* qr = row_q(r);
             float dot = 0.0f;
-            if (visible) {
+            if (vis) {
 #pragma omp simd reduction(+ : dot)  // lets the compiler split the sum across vector lanes
-              for (int i = 0; i < hd; ++i) dot += qh[i] * k[i];
+              for (int i = 0; i < hd; ++i) dot += qr[i] * k[i];
             }
-            s[h * kTile + j] = visible ? dot * scale : -INFINITY;
+            s[r * kTile + j] = vis ? dot * scale : -INFINITY;
           }
         }
-        if (!any_visible) continue;
 
-        // 2. Rescale what each head has to its new max, then add the tile.
-        for (int h = 0; h < group; ++h) {
-          const float m_tile = *std::max_element(&s[h * kTile], &s[h * kTile] + len);
-          m_new[h] = std::max(m[h], m_tile);
-          const float correction = std::exp(m[h] - m_new[h]);  // exp(-inf) = 0 on the first tile
-          l[h] *= correction;
-          for (int i = 0; i < hd; ++i) acc[h * hd + i] *= correction;
+        // 2. Rescale what each row has to its new max, then add the tile. A row that
+        //    sees none of the tile's keys skips it (its max could still be -inf).
+        for (int r = 0; r < rows; ++r) {
+          const float m_tile = *std::max_element(&s[r * kTile], &s[r * kTile] + len);
+          m_new[r] = std::max(m[r], m_tile);
+          if (m_tile == -INFINITY) continue;
+          const float correction = std::exp(m[r] - m_new[r]);  // exp(-inf) = 0 on the first tile
+          l[r] *= correction;
+          float* a = row_out(r);
+          for (int i = 0; i < hd; ++i) a[i] *= correction;
         }
         for (int j = 0; j < len; ++j) {
-          if (keys.pos[j0 + j] > q_pos[t]) continue;  // masked
           const float* v = kv.value(layer, keys.slots[j0 + j]) + kv_off;
-          for (int h = 0; h < group; ++h) {
-            const float p = std::exp(s[h * kTile + j] - m_new[h]);
-            l[h] += p;
-            float* a = acc + h * hd;
+          for (int r = 0; r < rows; ++r) {
+            if (!visible[r * kTile + j]) continue;  // masked
+            const float p = std::exp(s[r * kTile + j] - m_new[r]);
+            l[r] += p;
+            float* a = row_out(r);
 #pragma omp simd
             for (int i = 0; i < hd; ++i) a[i] += p * v[i];
           }
         }
         m = m_new;
       }
-      for (int h = 0; h < group; ++h)
-        for (int i = 0; i < hd; ++i) acc[h * hd + i] /= l[h];
+      for (int r = 0; r < rows; ++r) {
+        float* a = row_out(r);
+        for (int i = 0; i < hd; ++i) a[i] /= l[r];
+      }
     }
   }
 }

@@ -6,8 +6,9 @@
 // so it stays right when hole reuse puts new tokens in old slots).
 //
 //   flash  online softmax, one tile of keys at a time: a running max m, a running
-//          sum l and a running output; never holds a row of scores. The query
-//          heads of one KV head (GQA) go through the keys together.
+//          sum l and a running output; never holds a row of scores. A tile of
+//          queries, with the query heads of one KV head (GQA), goes through the
+//          keys together, so each K and V row is read once for all of them.
 //   eager  materialises softmax(q K^T / sqrt(d)) for a whole head, [T, n], and so
 //          can hand the attention probabilities to the policies that need them
 //          (H2O, SnapKV): column sums of P over the queries t >= sum_from.
@@ -29,6 +30,8 @@ enum class AttentionPath { Flash, Eager };
 
 // The flash path scores this many keys before it updates its running sums.
 constexpr int kFlashTile = 32;
+// ... and walks the keys with this many queries at once (every query head of a KV head).
+constexpr int kFlashQueryTile = 16;
 
 // The slots attention reads for one sequence, in block-table order.
 struct LiveSlots {
