@@ -134,7 +134,11 @@ TEST(Batch, EachSequenceGetsTheLogitsItWouldGetAlone) {
 
 TEST(Batch, DecodingTogetherMatchesAWholePromptPrefillAndDecodeAlone) {
   // No eviction: one prefill of the whole prompt and decode steps, alone, against
-  // chunked prefill and decode inside a batch of three.
+  // chunked prefill and decode inside a batch of three. Chunks change the order of
+  // float sums (the projections' GEMM, and the flash path's tiles of queries, whose
+  // Q K^T rounds a row by where it sits in the tile): these logits are about 10, where
+  // a float's spacing is 1e-6, and the worst pair differs by 1.3e-5.
+  constexpr float kTolerance = 2e-5f;
   Model m = load_model(test::tiny_model("tiny-tied"));
   const std::vector<Script> scripts = {script(0, 9, 3, 16, 4), script(1, 17, 5, 16, 5), script(1, 2, 2, 16, 6)};
   const EngineConfig c = config(MemoryStrategy::HolesOnly, "", 0);
@@ -150,9 +154,9 @@ TEST(Batch, DecodingTogetherMatchesAWholePromptPrefillAndDecodeAlone) {
     const auto alone = run_alone(m, c, whole);
     const size_t prompt_pieces = scripts[i].pieces.size() - (whole.pieces.size() - 1);
     // The logits after the prompt, then after each decoded token.
-    EXPECT_LE(max_abs_diff(batched[i][prompt_pieces - 1], alone[0]), 1e-5f) << "sequence " << i;
+    EXPECT_LE(max_abs_diff(batched[i][prompt_pieces - 1], alone[0]), kTolerance) << "sequence " << i;
     for (size_t p = 1; p < alone.size(); ++p)
-      EXPECT_LE(max_abs_diff(batched[i][prompt_pieces - 1 + p], alone[p]), 1e-5f) << "sequence " << i << ", step " << p;
+      EXPECT_LE(max_abs_diff(batched[i][prompt_pieces - 1 + p], alone[p]), kTolerance) << "sequence " << i << ", step " << p;
   }
 }
 

@@ -40,7 +40,7 @@ static void prefetch_slice(const float* row, int hd) {
 
 void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, const LiveSlots& keys,
                      const KvStorage& kv, int layer, AttentionShape shape) {
-  constexpr int kTile = kFlashTile;        // keys scored together before the running sums are updated
+  constexpr int kTile = kFlashTile;            // keys scored together before the running sums are updated
   constexpr int kQueryTile = kFlashQueryTile;  // queries that walk the keys together
   const int hd = shape.head_dim, q_dim = shape.n_heads * hd;
   const int group = shape.n_heads / shape.n_kv_heads;  // query heads per KV head (GQA)
@@ -50,84 +50,73 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
   const int query_tiles = (T + kQueryTile - 1) / kQueryTile;
 
   // One work item: a tile of queries and one KV head. Its rows are every (query, head
-  // of the group) pair, and each K and V row is loaded once for all of them: for one
-  // decode query, once for the group's heads; for a chunk, once for 16 queries' heads.
-  // Each row's arithmetic is the same whatever the tile holds.
+  // of the group) pair, and each K and V row is loaded once for all of them.
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work > kMinParallelAttention)
   for (int qt = 0; qt < query_tiles; ++qt) {
     for (int g = 0; g < shape.n_kv_heads; ++g) {
-      const int t0 = qt * kQueryTile, tiles_T = std::min(kQueryTile, T - t0);
-      const int rows = tiles_T * group;  // row r: query t0 + r / group, head g * group + r % group
+      const int t0 = qt * kQueryTile, tile_T = std::min(kQueryTile, T - t0);
+      const int rows = tile_T * group;  // row r: query t0 + r / group, head g * group + r % group
       const int kv_off = g * hd;
-      auto row_q = [&](int r) { return q + size_t(t0 + r / group) * q_dim + size_t(g * group + r % group) * hd; };
-      auto row_out = [&](int r) { return out + size_t(t0 + r / group) * q_dim + size_t(g * group + r % group) * hd; };
-      int64_t last_pos = q_pos[t0];  // the latest query of the tile: keys after it are masked for every row
-      for (int t = t0; t < t0 + tiles_T; ++t) last_pos = std::max(last_pos, q_pos[t]);
+      auto row_of = [&](int r) { return size_t(t0 + r / group) * q_dim + size_t(g * group + r % group) * hd; };
+      int64_t last_pos = q_pos[t0];  // the tile's latest query: keys after it are masked for every row
+      for (int t = t0; t < t0 + tile_T; ++t) last_pos = std::max(last_pos, q_pos[t]);
 
-      for (int r = 0; r < rows; ++r) std::fill_n(row_out(r), hd, 0.0f);
-      std::vector<float> m(rows, -INFINITY);      // [rows]  running max of the scores
-      std::vector<float> l(rows, 0.0f);           // [rows]  running sum of exp(score - m)
-      std::vector<float> m_new(rows);             // [rows]
-      std::vector<char> visible(size_t(rows) * kTile);  // [rows, kTile]  key j at or before the row's query
-      std::vector<float> s(size_t(rows) * kTile);       // [rows, kTile]  the tile's scores
+      RowMatrix Q(rows, hd);                               // [rows, hd]  the queries
+      RowMatrix O = RowMatrix::Zero(rows, hd);             // [rows, hd]  running output, unnormalised
+      RowMatrix K(kTile, hd), V(kTile, hd);                // [kTile, hd] the tile's keys and values
+      RowMatrix S(rows, kTile);                            // [rows, kTile] scores, then probabilities
+      Eigen::VectorXf m = Eigen::VectorXf::Constant(rows, -INFINITY);  // [rows]  running max
+      Eigen::VectorXf l = Eigen::VectorXf::Zero(rows);                 // [rows]  running sum of exp(s - m)
+      for (int r = 0; r < rows; ++r) std::copy_n(q + row_of(r), hd, Q.row(r).data());
 
       for (int j0 = 0; j0 < n; j0 += kTile) {
         const int len = std::min(kTile, n - j0);
-        // 0. Ask for this tile's V slices and the next tile's K slices now. Consecutive
-        //    slots are a whole row (kv_dim floats, 4 KiB in Qwen3-0.6B) apart, and the
-        //    hardware prefetchers do not cross 4 KiB pages: unasked, every slice is a
-        //    wait on DRAM (decode attention over 16K tokens took twice as long).
-        for (int j = j0; j < j0 + len; ++j) prefetch_slice(kv.value(layer, keys.slots[j]) + kv_off, hd);
-        for (int j = j0 + kTile; j < std::min(n, j0 + 2 * kTile); ++j)
-          prefetch_slice(kv.key(layer, keys.slots[j]) + kv_off, hd);
         bool any_visible = false;
         for (int j = j0; j < j0 + len; ++j) any_visible |= keys.pos[j] <= last_pos;
         if (!any_visible) continue;  // the whole tile is in every query's future
 
-        // 1. Score the tile, every row (keys after the row's query position are masked out).
+        // 0. Gather the tile's K and V slices into [len, hd] matrices, having asked for
+        //    the next tile's first. A slice is a 512-byte piece of a 4 KiB row in
+        //    Qwen3-0.6B (kv_dim floats a slot), and the hardware prefetchers stop at 4 KiB
+        //    pages: unasked, every slice would be a wait on DRAM.
+        for (int j = j0 + kTile; j < std::min(n, j0 + 2 * kTile); ++j) {
+          prefetch_slice(kv.key(layer, keys.slots[j]) + kv_off, hd);
+          prefetch_slice(kv.value(layer, keys.slots[j]) + kv_off, hd);
+        }
         for (int j = 0; j < len; ++j) {
-          const float* k = kv.key(layer, keys.slots[j0 + j]) + kv_off;
-          for (int r = 0; r < rows; ++r) {
-            const bool vis = keys.pos[j0 + j] <= q_pos[t0 + r / group];
-            visible[r * kTile + j] = vis;
-            const float* qr = row_q(r);
-            float dot = 0.0f;
-            if (vis) {
-#pragma omp simd reduction(+ : dot)  // lets the compiler split the sum across vector lanes
-              for (int i = 0; i < hd; ++i) dot += qr[i] * k[i];
-            }
-            s[r * kTile + j] = vis ? dot * scale : -INFINITY;
-          }
+          std::copy_n(kv.key(layer, keys.slots[j0 + j]) + kv_off, hd, K.row(j).data());
+          std::copy_n(kv.value(layer, keys.slots[j0 + j]) + kv_off, hd, V.row(j).data());
+        }
+        auto Kt = K.topRows(len), Vt = V.topRows(len);
+        auto St = S.leftCols(len);
+
+        // 1. S = Q K^T / sqrt(d), with the keys after a row's query masked out.  [rows, len]
+        St.noalias() = (Q * Kt.transpose()) * scale;
+        for (int r = 0; r < rows; ++r) {
+          const int64_t p = q_pos[t0 + r / group];
+          for (int j = 0; j < len; ++j)
+            if (keys.pos[j0 + j] > p) St(r, j) = -INFINITY;
         }
 
-        // 2. Rescale what each row has to its new max, then add the tile. A row that
-        //    sees none of the tile's keys skips it (its max could still be -inf).
+        // 2. Per row: the new max, P = exp(S - m_new), and the old sums rescaled to it.
         for (int r = 0; r < rows; ++r) {
-          const float m_tile = *std::max_element(&s[r * kTile], &s[r * kTile] + len);
-          m_new[r] = std::max(m[r], m_tile);
-          if (m_tile == -INFINITY) continue;
-          const float correction = std::exp(m[r] - m_new[r]);  // exp(-inf) = 0 on the first tile
-          l[r] *= correction;
-          float* a = row_out(r);
-          for (int i = 0; i < hd; ++i) a[i] *= correction;
-        }
-        for (int j = 0; j < len; ++j) {
-          const float* v = kv.value(layer, keys.slots[j0 + j]) + kv_off;
-          for (int r = 0; r < rows; ++r) {
-            if (!visible[r * kTile + j]) continue;  // masked
-            const float p = std::exp(s[r * kTile + j] - m_new[r]);
-            l[r] += p;
-            float* a = row_out(r);
-#pragma omp simd
-            for (int i = 0; i < hd; ++i) a[i] += p * v[i];
+          const float m_new = std::max(m[r], St.row(r).maxCoeff());
+          if (m_new == -INFINITY) {  // the row has seen no key yet: nothing to add
+            St.row(r).setZero();
+            continue;
           }
+          const float correction = std::exp(m[r] - m_new);  // exp(-inf) = 0 on the row's first keys
+          float sum = 0.0f;
+          for (int j = 0; j < len; ++j) sum += (St(r, j) = std::exp(St(r, j) - m_new));
+          l[r] = l[r] * correction + sum;
+          O.row(r) *= correction;
+          m[r] = m_new;
         }
-        m = m_new;
+
+        // 3. O += P V.  [rows, hd]
+        O.noalias() += St * Vt;
       }
-      for (int r = 0; r < rows; ++r) {
-        float* a = row_out(r);
-        for (int i = 0; i < hd; ++i) a[i] /= l[r];
-      }
+      for (int r = 0; r < rows; ++r) Eigen::Map<Eigen::RowVectorXf>(out + row_of(r), hd) = O.row(r) / l[r];
     }
   }
 }

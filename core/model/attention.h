@@ -5,10 +5,11 @@
 // at position p sees the keys at positions <= p (causal by position, not by slot,
 // so it stays right when hole reuse puts new tokens in old slots).
 //
-//   flash  online softmax, one tile of keys at a time: a running max m, a running
-//          sum l and a running output; never holds a row of scores. A tile of
-//          queries, with the query heads of one KV head (GQA), goes through the
-//          keys together, so each K and V row is read once for all of them.
+//   flash  FlashAttention's loop: a tile of queries (with the query heads of one KV
+//          head, GQA) against one tile of keys at a time, S = Q K^T and O += P V as
+//          two small matrix products, and per row a running max m and sum l (the
+//          online softmax); never holds a row of scores, and reads each K and V row
+//          once for the whole tile of queries.
 //   eager  materialises softmax(q K^T / sqrt(d)) for a whole head, [T, n], and so
 //          can hand the attention probabilities to the policies that need them
 //          (H2O, SnapKV): column sums of P over the queries t >= sum_from.
@@ -28,10 +29,11 @@ namespace kvscope {
 
 enum class AttentionPath { Flash, Eager };
 
-// The flash path scores this many keys before it updates its running sums.
+// The flash path's tiles: this many keys are scored before the running sums are
+// updated, and this many queries (each with every query head of a KV head) walk the
+// keys together.
 constexpr int kFlashTile = 32;
-// ... and walks the keys with this many queries at once (every query head of a KV head).
-constexpr int kFlashQueryTile = 16;
+constexpr int kFlashQueryTile = 32;
 
 // The slots attention reads for one sequence, in block-table order.
 struct LiveSlots {
