@@ -24,8 +24,8 @@
 using namespace kvscope;
 using namespace kvscope::tutorial;
 
-// attention_flash scores kFlashTile keys at a time (core/model/attention.h).
-constexpr int kTile = kFlashTile;
+// attention_flash walks kFlashTile keys at a time with kFlashQueryTile queries (core/model/attention.h).
+constexpr int kTile = kFlashTile, kQueryTile = kFlashQueryTile;
 
 int main() {
   const std::string config_file = "assets/configs/qwen3-0.6b-config.json";
@@ -89,14 +89,17 @@ int main() {
       std::printf("  %-9s  yes: the rows of every query since the token arrived\n", name.c_str());
   }
 
-  // Memory while running (per thread; each thread works on one KV head or one
-  // (query, head) pair at a time).
-  const int hd = c.head_dim;
-  const int64_t flash_floats = kTile + 2;  // the running output is the output row itself
+  // Memory while running (per thread; each thread works on one KV head, or one
+  // tile of queries and one KV head, at a time).
+  const int hd = c.head_dim, rows = kQueryTile * (c.num_heads / c.num_kv_heads);
+  //                          Q and output O     scores S      max, sum   K and V tiles
+  const int64_t flash_floats = 2 * rows * hd + rows * kTile + 2 * rows + 2 * kTile * hd;
   std::printf("\nWhat each path holds while it runs, per thread, f32:\n");
-  std::printf("  flash, per (query, head): %d scores of a tile + running max + running sum (it accumulates into\n", kTile);
-  std::printf("         its own %d outputs) = %lld floats = %s, at any context length\n", hd,
-              static_cast<long long>(flash_floats), bytes(double(4 * flash_floats)).c_str());
+  std::printf("  flash, per tile of %d queries x %d query heads (one KV head, %d rows): Q and output O 2 x [%d x %d]\n",
+              kQueryTile, c.num_heads / c.num_kv_heads, rows, rows, hd);
+  std::printf("         + scores S [%d x %d] + max, sum 2 x [%d] + K, V tiles 2 x [%d x %d] = %s floats = %s,\n", rows,
+              kTile, rows, kTile, hd, commas(flash_floats).c_str(), bytes(double(4 * flash_floats)).c_str());
+  std::printf("         at any context length\n");
   std::printf("  eager, per KV head: P [queries x context] + K, V copies 2 x [context x %d] + Q [queries x %d]\n", hd, hd);
   std::printf("  %9s  %9s  %12s  %12s  %12s\n", "context", "queries", "P", "K, V copies", "total");
   for (int64_t ctx : {int64_t(4096), int64_t(16384), int64_t(40960)}) {
