@@ -1,0 +1,169 @@
+// The two attention paths of core/model/attention.h against attention written the
+// plain way: for each query and head, every visible key's score, softmax, the
+// weighted sum of the values, in double. Random K/V in a paged cache with holes,
+// hole reuse (keys out of position order in the table), GQA groups of 1 to 4, and
+// chunks of queries that span several of the flash path's query and key tiles with
+// the causal mask cutting through them.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/config.h"
+#include "scoped_threads.h"
+#include "test_paths.h"
+#include "util/splitmix64.h"
+
+namespace kvscope {
+namespace {
+
+struct Case {
+  AttentionShape shape;
+  int tokens;  // written before eviction
+  MemoryStrategy strategy;
+};
+
+// A cache of `tokens` random keys and values, every third one from position 5 on
+// evicted, then 7 more appended (under ReuseHoles they fill the first holes).
+struct Cache {
+  ModelConfig config;
+  PagedKvCache cache;
+  KvStorage kv;
+  int seq;
+  Cache(const Case& c, uint64_t seed)
+      : config(shaped(c.shape)),
+        cache(2 * c.tokens / 16 + 4, 16, c.strategy),
+        kv(config, cache.num_blocks(), 16),
+        seq(cache.add_sequence()) {
+    SplitMix64 rng(seed);
+    for (float& x : kv.k) x = 3 * rng.symmetric();
+    for (float& x : kv.v) x = rng.symmetric();
+    for (int i = 0; i < c.tokens; ++i) cache.append(seq);
+    std::vector<int64_t> evict;
+    for (int64_t p = 5; p < c.tokens - 3; p += 3) evict.push_back(p);
+    if (!evict.empty()) cache.evict(seq, evict);
+    for (int i = 0; i < 7; ++i) cache.append(seq);
+  }
+  static ModelConfig shaped(AttentionShape s) {
+    ModelConfig c = load_config_file(test::source_path("assets/configs/qwen3-0.6b-config.json"));
+    c.num_layers = 1;
+    c.num_heads = s.n_heads;
+    c.num_kv_heads = s.n_kv_heads;
+    c.head_dim = s.head_dim;
+    return c;
+  }
+  int64_t last_pos() const { return cache.sequence(seq).next_pos - 1; }
+};
+
+// out[t, h, :] = sum_j softmax_j(q[t, h] . k_j / sqrt(d)) v_j over the keys at
+// positions <= q_pos[t], in double.
+std::vector<double> plain_attention(const std::vector<float>& q, const std::vector<int64_t>& q_pos,
+                                    const LiveSlots& keys, const KvStorage& kv, AttentionShape s) {
+  const int T = int(q_pos.size()), hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  std::vector<double> out(size_t(T) * s.n_heads * hd, 0.0);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < s.n_heads; ++h) {
+      const float* qh = &q[(size_t(t) * s.n_heads + h) * hd];
+      const int kv_off = (h / group) * hd;
+      std::vector<double> score(keys.slots.size(), -INFINITY);
+      double max_s = -INFINITY;
+      for (size_t j = 0; j < keys.slots.size(); ++j) {
+        if (keys.pos[j] > q_pos[t]) continue;
+        const float* k = kv.key(0, keys.slots[j]) + kv_off;
+        double dot = 0;
+        for (int i = 0; i < hd; ++i) dot += double(qh[i]) * k[i];
+        score[j] = dot / std::sqrt(double(hd));
+        max_s = std::max(max_s, score[j]);
+      }
+      double sum = 0;
+      for (double& x : score) sum += (x = std::exp(x - max_s));
+      double* o = &out[(size_t(t) * s.n_heads + h) * hd];
+      for (size_t j = 0; j < keys.slots.size(); ++j) {
+        const float* v = kv.value(0, keys.slots[j]) + kv_off;
+        for (int i = 0; i < hd; ++i) o[i] += score[j] / sum * v[i];
+      }
+    }
+  }
+  return out;
+}
+
+// Queries at mixed positions, not sorted: every third at the end of the sequence,
+// the others spread over it (so a tile of queries sees different keys per row).
+std::vector<int64_t> query_positions(int T, int64_t last) {
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) pos[t] = (t % 3 == 0) ? last - t / 3 : (int64_t(t) * 37) % (last + 1);
+  return pos;
+}
+
+TEST(Attention, FlashAndEagerMatchPlainSoftmax) {
+  const std::vector<Case> cases = {
+      {{4, 4, 32}, 40, MemoryStrategy::HolesOnly},      // no GQA, one key tile
+      {{16, 8, 128}, 300, MemoryStrategy::HolesOnly},   // Qwen3-0.6B's heads
+      {{8, 2, 64}, 500, MemoryStrategy::ReuseHoles},    // groups of 4, keys out of position order
+      {{12, 4, 96}, 1000, MemoryStrategy::ReuseHoles},  // groups of 3
+  };
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    const Cache cache(c, seed++);
+    const LiveSlots keys = live_slots(cache.cache, cache.seq);
+    for (int T : {1, 5, 33, 70}) {  // 33 and 70: two and three query tiles, the last one partial
+      const std::vector<int64_t> q_pos = query_positions(T, cache.last_pos());
+      std::vector<float> q(size_t(T) * c.shape.n_heads * c.shape.head_dim);
+      SplitMix64 rng(seed++);
+      for (float& x : q) x = 2 * rng.symmetric();
+      const std::vector<double> want = plain_attention(q, q_pos, keys, cache.kv, c.shape);
+
+      std::vector<float> flash(q.size()), eager(q.size());
+      attention_flash(flash.data(), q.data(), q_pos.data(), T, keys, cache.kv, 0, c.shape);
+      attention_eager(eager.data(), q.data(), q_pos.data(), T, keys, cache.kv, 0, c.shape, 0, nullptr, 0);
+      auto distance = [](float got, double ref) { return std::isnan(got) ? INFINITY : std::fabs(got - ref); };
+      double worst_flash = 0, worst_eager = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        worst_flash = std::max(worst_flash, distance(flash[i], want[i]));
+        worst_eager = std::max(worst_eager, distance(eager[i], want[i]));
+      }
+      // Values are in [-1, 1): float rounding of sums over up to 1,000 keys stays near 1e-6.
+      EXPECT_LE(worst_flash, 1e-5) << "heads " << c.shape.n_heads << "/" << c.shape.n_kv_heads << ", "
+                                   << keys.slots.size() << " keys, " << T << " queries";
+      EXPECT_LE(worst_eager, 1e-5) << "heads " << c.shape.n_heads << "/" << c.shape.n_kv_heads << ", "
+                                   << keys.slots.size() << " keys, " << T << " queries";
+    }
+  }
+}
+
+TEST(Attention, FlashGivesTheSameBitsOnOneOrTwoThreads) {
+  // Each (query tile, KV head) is one thread's work, whichever thread, so the output
+  // does not depend on the thread count. The shapes include small ones, where the
+  // loop runs on one thread and the matrix products alone could be split.
+  const std::vector<Case> cases = {
+      {{16, 8, 128}, 30, MemoryStrategy::HolesOnly},
+      {{16, 8, 128}, 700, MemoryStrategy::HolesOnly},
+      {{4, 2, 32}, 300, MemoryStrategy::ReuseHoles},
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    const Cache cache(c, seed++);
+    const LiveSlots keys = live_slots(cache.cache, cache.seq);
+    for (int T : {1, 16, 70}) {
+      const std::vector<int64_t> q_pos = query_positions(T, cache.last_pos());
+      std::vector<float> q(size_t(T) * c.shape.n_heads * c.shape.head_dim);
+      SplitMix64 rng(seed++);
+      for (float& x : q) x = 2 * rng.symmetric();
+      std::vector<float> out[2];
+      for (int threads : {1, 2}) {
+        const test::ScopedThreads scoped(threads);
+        out[threads - 1].resize(q.size());
+        attention_flash(out[threads - 1].data(), q.data(), q_pos.data(), T, keys, cache.kv, 0, c.shape);
+      }
+      for (size_t i = 0; i < q.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[0][i]), std::bit_cast<uint32_t>(out[1][i]))
+            << keys.slots.size() << " keys, " << T << " queries, element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvscope
