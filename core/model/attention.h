@@ -9,7 +9,7 @@
 //          head, GQA) against one tile of keys at a time, S = Q K^T and O += P V as
 //          two small matrix products, and per row a running max m and sum l (the
 //          online softmax); never holds a row of scores, and reads each K and V row
-//          once for the whole tile of queries.
+//          once for the whole tile of queries. (GPU: kernels/flash_attention.cu.)
 //   eager  materialises softmax(q K^T / sqrt(d)) for a whole head, [T, n], and so
 //          can hand the attention probabilities to the policies that need them
 //          (H2O, SnapKV): column sums of P over the queries t >= sum_from.
