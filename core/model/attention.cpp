@@ -75,9 +75,9 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
         for (int j = j0; j < j0 + len; ++j) any_visible |= keys.pos[j] <= last_pos;
         if (!any_visible) continue;  // the whole tile is in every query's future
 
-        // 0. Gather the tile's K and V slices into [len, hd] matrices, having asked for
-        //    the next tile's first. A slice is a 512-byte piece of a 4 KiB row in
-        //    Qwen3-0.6B (kv_dim floats a slot), and the hardware prefetchers stop at 4 KiB
+        // 0. Ask for the next tile's K and V slices, then gather this tile's into
+        //    [len, hd] matrices. A slice is a 512-byte piece of a slot's 4 KiB row in
+        //    Qwen3-0.6B (kv_dim floats), and the hardware prefetchers stop at 4 KiB
         //    pages: unasked, every slice would be a wait on DRAM.
         for (int j = j0 + kTile; j < std::min(n, j0 + 2 * kTile); ++j) {
           prefetch_slice(kv.key(layer, keys.slots[j]) + kv_off, hd);
