@@ -16,7 +16,10 @@
 // addresses fall in 32 different banks instead of one.
 //
 // Per key tile, with a __syncthreads between steps:
-//   2. all threads load K, V (each slot's row is contiguous: coalesced) and positions;
+//   2. all threads load the tile's positions; a tile whose keys all come after the
+//      block's latest query is skipped whole, as on the CPU (in a causal prefill,
+//      about half of them); else all threads load K, V (each slot's row is
+//      contiguous: coalesced);
 //   3. all threads compute S = Q K^T / sqrt(d), masked by position (holes, later tokens);
 //   4. one thread per query row folds S into its running softmax: new max, rescale
 //      factor exp(m_old - m_new), probabilities p = exp(s - m_new), running sum;
@@ -71,9 +74,21 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
     query_pos[threadIdx.x] = int(threadIdx.x) < n_q ? q_pos[t0 + threadIdx.x] : -1;
   }
 
+  __syncthreads();
+  int last_query = -1;  // the block's latest query: keys after it are masked for every row
+  for (int r = 0; r < kQueryTile; ++r) last_query = max(last_query, query_pos[r]);
+
   for (int j0 = 0; j0 < kv.table_slots; j0 += kKeyTile) {
-    __syncthreads();  // the previous tile's V and S are no longer read
-    // 2. This tile's keys and values, gathered through the block table.
+    __syncthreads();  // the previous tile's positions, V and S are no longer read
+    // 2. This tile's positions; then, unless no query may see any of them, its keys
+    //    and values, gathered through the block table. Every thread reads the same
+    //    positions, so the whole block skips or none of it does.
+    if (threadIdx.x < kKeyTile)
+      key_pos[threadIdx.x] = j0 + int(threadIdx.x) < kv.table_slots ? kv.slot_pos[j0 + threadIdx.x] : -1;
+    __syncthreads();
+    bool any_visible = false;
+    for (int jj = 0; jj < kKeyTile; ++jj) any_visible |= key_pos[jj] >= 0 && key_pos[jj] <= last_query;
+    if (!any_visible) continue;  // a hole or a later token in every slot: the tile adds nothing
     for (int e = threadIdx.x; e < kKeyTile * hd; e += blockDim.x) {
       const int jj = e / hd, d = e % hd, j = j0 + jj;
       float kx = 0.0f, vx = 0.0f;
@@ -85,8 +100,6 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
       K[jj * ld + d] = kx;
       V[jj * ld + d] = vx;
     }
-    if (threadIdx.x < kKeyTile)
-      key_pos[threadIdx.x] = j0 + int(threadIdx.x) < kv.table_slots ? kv.slot_pos[j0 + threadIdx.x] : -1;
     __syncthreads();
 
     // 3. Scores, masked by position: a hole (-1) or a later token gets -inf.

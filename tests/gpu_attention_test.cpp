@@ -41,9 +41,17 @@ std::vector<int64_t> scattered(const RandomPagedCache& rc, int T) {
   return p;
 }
 
-void check_attention(const ModelConfig& c, int n, int refill, int block_size, int T, bool eager) {
+// Queries in token order, one at each of the positions 0 to T - 1: a whole prompt's prefill.
+std::vector<int64_t> in_order(int T) {
+  std::vector<int64_t> p(size_t(T), 0);
+  for (int t = 0; t < T; ++t) p[t] = t;
+  return p;
+}
+
+void check_attention(const ModelConfig& c, int n, int refill, int block_size, int T, bool eager,
+                     bool prompt_order = false) {
   RandomPagedCache rc(c, n, refill, block_size, 11);
-  Queries qs(c, scattered(rc, T), 12);
+  Queries qs(c, prompt_order ? in_order(T) : scattered(rc, T), 12);
   const LiveSlots keys = live_slots(rc.cache, rc.seq);
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
@@ -234,6 +242,9 @@ TEST(GpuAttention, FlashPrefillMatchesCpu) {
   check_attention(test::attention_config(2, 4, 2, 32), 300, 40, 16, 37, false);    // 3 query tiles, the last partial
   check_attention(test::attention_config(1, 16, 8, 128), 700, 50, 16, 20, false);  // head_dim 128: > 48 KiB shared
   check_attention(test::attention_config(1, 6, 3, 64), 90, 0, 7, 90, false);       // every token a query
+  // A prompt's queries in order over its own keys (with holes): the early query
+  // tiles skip the key tiles that lie wholly in their future.
+  check_attention(test::attention_config(1, 4, 2, 32), 200, 0, 16, 200, false, true);
 }
 
 TEST(GpuAttention, EagerMatchesCpuWithProbabilitySums) {
