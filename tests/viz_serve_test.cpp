@@ -1,6 +1,7 @@
 // The app's serving scenario: several requests of a model through one pool.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -20,7 +21,20 @@ TEST(VizScenarios, ServingRunsShowRequestsSharingThePool) {
   for (const auto& run : rec.runs) {
     Timeline t(run);  // replays (and checks) the scheduler's events
     t.seek(t.size());
-    EXPECT_EQ(t.counters().blocks_in_use, 0) << run->label;  // every request finished, every block back
+    const Counters& c = t.counters();
+    EXPECT_EQ(c.blocks_in_use, 0) << run->label;  // every request finished, every block back
+    // A finished or preempted request's tokens are released, not evicted: the evicted
+    // count is what the rounds took (each RoundBegin and RoundEnd carries the live count).
+    int64_t taken_by_rounds = 0;
+    for (const Event& e : run->events)
+      if (e.kind == EventKind::RoundBegin) taken_by_rounds += e.pos;
+      else if (e.kind == EventKind::RoundEnd) taken_by_rounds -= e.pos;
+    EXPECT_EQ(c.evicted, taken_by_rounds) << run->label;
+    EXPECT_GT(c.released, 0) << run->label;
+    EXPECT_EQ(c.evicted + c.released, c.written) << run->label;
+    // Nothing is held, and no sequence is left for a full cache to hold: no fraction to show.
+    EXPECT_EQ(c.full_cache_blocks, 0) << run->label;
+    EXPECT_TRUE(std::isnan(c.blocks_freed_fraction())) << run->label;
     std::set<int> seqs;
     for (const Event& e : run->events) seqs.insert(e.seq);
     EXPECT_GE(seqs.size(), 4u) << run->label;  // one per request, more after preemptions

@@ -1,26 +1,47 @@
 #include "counters.h"
 
+#include <algorithm>
+
 #include "sim/synthetic.h"
 
 namespace kvscope::viz {
 
 void Counters::count(const Event& e, const Occupancy& after) {
+  const size_t seq = size_t(std::max(e.seq, 0));
+  if (seq >= next_pos.size()) {
+    next_pos.resize(seq + 1, 0);
+    in_round.resize(seq + 1, 0);
+    released_seq.resize(seq + 1, 0);
+  }
+  auto blocks_of = [&](int64_t positions) { return (positions + block_size - 1) / block_size; };
   switch (e.kind) {
     case EventKind::SlotWritten: {
-      if (e.seq >= int(next_pos.size())) next_pos.resize(size_t(e.seq) + 1, 0);
-      int64_t& next = next_pos[size_t(e.seq)];
-      const int64_t blocks_before = (next + block_size - 1) / block_size;
+      int64_t& next = next_pos[seq];
+      const int64_t blocks_before = blocks_of(next);
       next = e.pos + 1;
-      full_cache_blocks += (next + block_size - 1) / block_size - blocks_before;
+      full_cache_blocks += blocks_of(next) - blocks_before;
       ++written;
       break;
     }
-    case EventKind::SlotEvicted: ++evicted; break;
+    case EventKind::SlotEvicted:
+      if (in_round[seq]) {
+        ++evicted;
+        break;
+      }
+      ++released;
+      if (!released_seq[seq]) {  // the sequence's first token to go: a full cache lets go of it too
+        released_seq[seq] = 1;
+        full_cache_blocks -= blocks_of(next_pos[seq]);
+      }
+      break;
     case EventKind::SlotMoved: ++moved; break;
-    case EventKind::RoundEnd: ++rounds; break;
+    case EventKind::RoundBegin: in_round[seq] = 1; break;
+    case EventKind::RoundEnd:
+      in_round[seq] = 0;
+      ++rounds;
+      break;
     case EventKind::BlockAllocated:
-    case EventKind::BlockFreed:
-    case EventKind::RoundBegin: break;
+    case EventKind::BlockFreed: break;
   }
   blocks_in_use = after.blocks_in_use();
   if (blocks_in_use > peak_blocks) peak_blocks = blocks_in_use;

@@ -6,12 +6,17 @@
 // and the command line agree to the digit at the end of a run:
 //
 //   tokens written     SlotWritten events (= the positions used, all sequences)
-//   tokens evicted     SlotEvicted events; evicted % = evicted / written
-//   live tokens        written - evicted
-//   full-cache blocks  per sequence ceil(positions used / block_size), summed: what
-//                      the same tokens would take with no eviction
+//   tokens evicted     SlotEvicted events inside an eviction round (RoundBegin to
+//                      RoundEnd of that sequence): the policy's choice;
+//                      evicted % = evicted / written
+//   tokens released    SlotEvicted events outside a round: a sequence given up whole
+//                      (its request finished, or was preempted; release_sequence)
+//   live tokens        written - evicted - released
+//   full-cache blocks  per sequence not released, ceil(positions used / block_size),
+//                      summed: what the same live sequences would hold with no eviction
 //   blocks in use      Occupancy::blocks_in_use() (the pool's blocks owned by a sequence)
-//   blocks freed %     1 - blocks in use / full-cache blocks
+//   blocks freed %     1 - blocks in use / full-cache blocks (none when every sequence
+//                      written so far was released: nothing is held to compare)
 //   memory in use      blocks in use x block_size x bytes per token
 //   bytes reclaimed    (full-cache blocks - blocks in use) x block_size x bytes per token
 //   bytes moved        SlotMoved events x bytes per token (compaction's copies)
@@ -19,6 +24,7 @@
 //   expected freed     (evicted %)^block_size: the law for random eviction with holes
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -32,8 +38,11 @@ struct Counters {
   int64_t bytes_per_token = 0;
 
   std::vector<int64_t> next_pos;  // [seq] one past the last position written
+  std::vector<uint8_t> in_round;  // [seq] between its RoundBegin and RoundEnd
+  std::vector<uint8_t> released_seq;  // [seq] released: its tokens and blocks are gone
   int64_t written = 0;            // SlotWritten events
-  int64_t evicted = 0;            // SlotEvicted events
+  int64_t evicted = 0;            // SlotEvicted events inside a round
+  int64_t released = 0;           // SlotEvicted events outside a round
   int64_t moved = 0;              // SlotMoved events
   int64_t full_cache_blocks = 0;  // sum over sequences of ceil(next_pos / block_size)
   int blocks_in_use = 0;          // from the Occupancy after the event
@@ -46,11 +55,15 @@ struct Counters {
   // Counts one event; `after` is the occupancy with the event applied.
   void count(const Event& e, const Occupancy& after);
 
-  int64_t live() const { return written - evicted; }
+  int64_t live() const { return written - evicted - released; }
   double evicted_fraction() const { return written ? double(evicted) / double(written) : 0.0; }
+  // Tokens were written, and every sequence that wrote them has been released.
+  bool all_released() const { return written > 0 && full_cache_blocks == 0; }
   // Not below 0: between a block's allocation and its first token the cache
-  // holds one block more than the tokens written so far need.
+  // holds one block more than the tokens written so far need. NaN (shown as "-",
+  // a gap in the chart) once every sequence is released: nothing is held to compare.
   double blocks_freed_fraction() const {
+    if (all_released()) return NAN;
     return full_cache_blocks && blocks_in_use < full_cache_blocks
                ? 1.0 - double(blocks_in_use) / double(full_cache_blocks)
                : 0.0;

@@ -31,13 +31,23 @@ struct Frame {
 
 void polyline(ImDrawList* dl, const Frame& f, const std::vector<Sample>& h, const std::function<double(const Sample&)>& y,
               uint32_t colour, float thickness, bool dashed) {
+  if (!dashed) {  // a NaN sample (a number that does not exist there) leaves a gap
+    std::vector<ImVec2> pts;
+    auto flush = [&] {
+      dl->AddPolyline(pts.data(), int(pts.size()), colour, 0, thickness);
+      pts.clear();
+    };
+    for (const Sample& s : h) {
+      const double v = y(s);
+      if (std::isnan(v)) flush();
+      else pts.push_back(f.at(double(s.x), v));
+    }
+    flush();
+    return;
+  }
   std::vector<ImVec2> pts;
   pts.reserve(h.size());
   for (const Sample& s : h) pts.push_back(f.at(double(s.x), y(s)));
-  if (!dashed) {
-    dl->AddPolyline(pts.data(), int(pts.size()), colour, 0, thickness);
-    return;
-  }
   // Dashes of 6 px on, 4 off, measured along the line.
   float along = 0;
   for (size_t i = 1; i < pts.size(); ++i) {

@@ -165,12 +165,18 @@ void counters(App& app) {
   ImGui::TableHeadersRow();
   using C = const Counters&;
   row(s, "tokens written", "SlotWritten events: positions used, all sequences", [](C c) { return count(c.written); });
-  row(s, "live tokens", "written - evicted", [](C c) { return count(c.live()); });
-  row(s, "tokens evicted", "SlotEvicted events / tokens written", [](C c) { return percent(c.evicted_fraction()); });
+  row(s, "live tokens", "written - evicted - released", [](C c) { return count(c.live()); });
+  row(s, "tokens evicted", "SlotEvicted events in eviction rounds / tokens written",
+      [](C c) { return percent(c.evicted_fraction()); });
+  if (s.view(0).run().served())
+    row(s, "tokens released", "SlotEvicted events outside rounds: a request finished or preempted, released whole",
+        [](C c) { return count(c.released); });
   row(s, "blocks in use", "blocks owned by a sequence (the replayed Occupancy)", [](C c) { return count(c.blocks_in_use); });
-  row(s, "full-cache blocks", "ceil(positions used / block size), per sequence: the same tokens with no eviction",
+  row(s, "full-cache blocks",
+      "ceil(positions used / block size), per sequence not released: the same sequences with no eviction",
       [](C c) { return count(c.full_cache_blocks); });
-  row(s, "blocks freed", "1 - blocks in use / full-cache blocks", [](C c) { return percent(c.blocks_freed_fraction()); });
+  row(s, "blocks freed", "1 - blocks in use / full-cache blocks (- once every sequence is released)",
+      [](C c) { return percent(c.blocks_freed_fraction()); });
   if (s.view(0).run().policy == "random")
     row(s, "law: (evicted)^B", "the chance that all block_size tokens of a block were evicted at random",
         [](C c) { return percent(c.expected_freed_fraction()); });

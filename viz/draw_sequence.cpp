@@ -44,7 +44,10 @@ void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& sco
   if (st == State::Future) {
     ImGui::TextUnformatted("not written yet");
   } else if (st == State::Evicted) {
-    ImGui::TextUnformatted("evicted: its slot became a hole");
+    const Counters& c = s.primary_view().counters();
+    const bool released = seq < int(c.released_seq.size()) && c.released_seq[size_t(seq)];
+    ImGui::TextUnformatted(released ? "gone: its request finished or was preempted, and the sequence was released"
+                                    : "evicted: its slot became a hole");
   } else {
     if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g", *sc);
     for (int v = 0; v < s.views(); ++v) {
@@ -175,11 +178,13 @@ void draw_sequence(App& app, ImVec2 size) {
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const Counters& c = t.counters();
   // Served requests are scheduled by what each strategy frees, so their runs differ.
-  const bool served = t.run().header.meta.count("source") && t.run().header.meta.at("source") == "serve";
-  ImGui::Text("%s written, %s kept, %s evicted (%s)", count(c.written).c_str(), count(c.live()).c_str(),
-              count(c.evicted).c_str(),
-              served ? "requests served together: each strategy schedules them differently"
-                     : "the policy's choice, the same under every strategy");
+  if (t.run().served())
+    ImGui::Text("%s written, %s kept, %s evicted, %s released with their requests (each strategy schedules "
+                "the requests differently)",
+                count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str(), count(c.released).c_str());
+  else
+    ImGui::Text("%s written, %s kept, %s evicted (the policy's choice, the same under every strategy)",
+                count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str());
   ImGui::PopStyleColor();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(10.0f, size.y - (origin.y - top))};

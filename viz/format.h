@@ -24,8 +24,9 @@ inline std::string count(int64_t n) {
   return out;
 }
 
-// 0.8751 -> "87.5%".
+// 0.8751 -> "87.5%"; NaN (no such number at this point) -> "-".
 inline std::string percent(double f, int decimals = 1) {
+  if (std::isnan(f)) return "-";
   char format[16];
   std::snprintf(format, sizeof format, "%%.%df%%%%", decimals);
   return fmt(format, 100 * f);

@@ -45,6 +45,8 @@ struct Run {
   std::vector<std::vector<std::string>> token_text;
 
   bool has_scores() const { return bool(importance) || !round_scores.empty(); }
+  // Requests served by the scheduler: sequences finish (or are preempted) and are released.
+  bool served() const { return header.meta.count("source") && header.meta.at("source") == "serve"; }
   // The token's text, or "" when the run has none.
   const std::string& text(int seq, int64_t pos) const;
 };
