@@ -67,6 +67,13 @@ void run_bench(const BenchArgs& a) {
     std::printf("DRAM read bandwidth, %d thread%s: %.1f GB/s (streaming sum over %.1f GiB, best of 5)\n", t,
                 t == 1 ? "" : "s", bandwidth.back(), a.bandwidth_gib);
   }
+  // More threads reading slower than fewer: something else was running on these cores,
+  // and every limit (and "decode / limit") below is off by as much.
+  for (size_t i = 1; i < bandwidth.size(); ++i)
+    if (a.threads[i] > a.threads[i - 1] && bandwidth[i] < 0.9 * bandwidth[i - 1])
+      std::printf("note: %d threads read slower than %d: the cores were busy with something else, so the limits "
+                  "below are too low; rerun on an idle machine\n",
+                  a.threads[i], a.threads[i - 1]);
 
   // 2. Prefill and decode for each weight format and thread count.
   // Decode starts after a short prompt, so the weights dominate the bytes read, not the K/V cache:
