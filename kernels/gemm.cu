@@ -9,6 +9,9 @@
 // bf16 weights: like the CPU, a band of rows is widened to f32 into scratch and
 // multiplied; x stays f32 (never rounded to bf16). The products are plain f32:
 // the handle's math mode is CUBLAS_DEFAULT_MATH, which does not use TF32.
+//
+// The library is opened at the first of these calls, not at program start
+// (cublas_loader.cpp).
 #include <cublas_v2.h>
 
 #include <algorithm>
