@@ -119,6 +119,13 @@ if [ -x "$BUILD/kvscope_tests" ] && [ -x "$BUILD/kvscope" ]; then
     found=$(find /usr/local /usr/lib /opt -name 'libcu*.so.13' 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
     [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$found"
   fi
+  # cuBLAS is opened at the first GEMM (kernels/cublas_loader.cpp), so ldd does not
+  # list it: where neither the library path nor the system's cache has it, look for it.
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13' &&
+    ! (IFS=:; for d in $LD_LIBRARY_PATH; do [ -e "$d/libcublas.so.13" ] && exit 0; done; exit 1); then
+    found=$(find /usr/local /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+    [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$found"
+  fi
   section "Build" "Prebuilt on the development machine (bash kernels/gpu_check.sh --prepare), built in ${built_in:-an unknown folder}, run from $PWD."
   run 30 ldd "$BUILD/kvscope_tests"
 else
