@@ -37,17 +37,17 @@ struct Counters {
   int block_size = 16;
   int64_t bytes_per_token = 0;
 
-  std::vector<int64_t> next_pos;  // [seq] one past the last position written
-  std::vector<uint8_t> in_round;  // [seq] between its RoundBegin and RoundEnd
+  std::vector<int64_t> next_pos;      // [seq] one past the last position written
+  std::vector<uint8_t> in_round;      // [seq] between its RoundBegin and RoundEnd
   std::vector<uint8_t> released_seq;  // [seq] released: its tokens and blocks are gone
-  int64_t written = 0;            // SlotWritten events
-  int64_t evicted = 0;            // SlotEvicted events inside a round
-  int64_t released = 0;           // SlotEvicted events outside a round
-  int64_t moved = 0;              // SlotMoved events
-  int64_t full_cache_blocks = 0;  // sum over sequences of ceil(next_pos / block_size)
-  int blocks_in_use = 0;          // from the Occupancy after the event
-  int peak_blocks = 0;            // the most blocks in use so far
-  int rounds = 0;                 // RoundEnd events
+  int64_t written = 0;                // SlotWritten events
+  int64_t evicted = 0;                // SlotEvicted events inside a round
+  int64_t released = 0;               // SlotEvicted events outside a round
+  int64_t moved = 0;                  // SlotMoved events
+  int64_t full_cache_blocks = 0;      // sum over sequences not released of ceil(next_pos / block_size)
+  int blocks_in_use = 0;              // from the Occupancy after the event
+  int peak_blocks = 0;                // the most blocks in use so far
+  int rounds = 0;                     // RoundEnd events
 
   Counters() = default;
   Counters(int block_size_, int64_t bytes_per_token_) : block_size(block_size_), bytes_per_token(bytes_per_token_) {}
