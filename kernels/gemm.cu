@@ -34,6 +34,8 @@ static cublasHandle_t blas() {
   return handle;
 }
 
+void prepare_matmul() { blas(); }
+
 // out[:, 0..rows) with row stride ld_out = x W^T, W f32 [rows, cols].
 static void sgemm(float* out, int ld_out, const float* x, const float* W, int T, int rows, int cols) {
   const float one = 1.0f, zero = 0.0f;

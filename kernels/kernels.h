@@ -45,6 +45,9 @@ void matvec(float* y, const void* W, WeightType type, const float* x, int rows, 
 //   x: [T, cols]   W: [rows, cols]   out: [T, rows]                                   (gemm.cu)
 void matmul(float* out, const float* x, const void* W, WeightType type, int T, int rows, int cols, float* scratch,
             size_t scratch_floats);
+// Opens cuBLAS and makes its handle (the first matmul would): a backend calls it when
+// it is made, so that no timed step pays the ~0.5 s.                                (gemm.cu)
+void prepare_matmul();
 
 // ---- the paged K/V cache (CPU: model/qwen3.cpp, model/attention.cpp) ---------------------
 
