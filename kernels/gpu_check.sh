@@ -174,7 +174,7 @@ else
   echo "compute-sanitizer was not found; not run." | tee -a "$REPORT"
 fi
 
-section "Kernel profiles" "Nsight Compute's speed-of-light section (DRAM and compute throughput achieved, as a fraction of the card's peak; cold caches) for the two kernels a decode step's time should go to: paged attention over 64K cached tokens, and the bf16 GEMV of the first decode step of a Qwen3-0.6B-shaped model (layer 0's projections, then its MLP). --clock-control none leaves the clocks as the benchmarks had them. On this project's H200, ncu was seen reading counters under Firecracker and failing under gVisor."
+section "Kernel profiles" "Nsight Compute's speed-of-light section (DRAM and compute throughput achieved, as a fraction of the card's peak; cold caches) for the two kernels a decode step's time should go to: paged attention over 64K cached tokens, and the bf16 GEMV of a Qwen3-0.6B-shaped model: its first 7 launches, which are the lm_head (151936 x 1024, the largest matrix) after each of the bench's two warm-up prefills, then layer 0's q, k, v, o and gate projections in the first decode step. --clock-control none leaves the clocks as the benchmarks had them. On this project's H200, ncu was seen reading counters under Firecracker and failing under gVisor."
 ncu=$(command -v ncu || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/ncu" ] && echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu"; })
 if [ -n "$ncu" ]; then
   profile=("$ncu" --clock-control none --section SpeedOfLight)
