@@ -33,11 +33,16 @@ void* open_cublas() {
   throw kvscope::Error("cuBLAS: cannot load " + kLibrary + " (" + why + "); the GPU's prefill GEMMs need it");
 }
 
+// The library, opened once (a failed open throws, and the next call tries again).
+void* cublas() {
+  static void* library = open_cublas();
+  return library;
+}
+
 // The real function `name`, of type F.
 template <class F>
 F* real(const char* name) {
-  static void* library = open_cublas();  // once; a failed open throws and is tried again next time
-  void* f = dlsym(library, name);
+  void* f = dlsym(cublas(), name);
   if (!f) throw kvscope::Error("cuBLAS: " + kLibrary + " has no " + name);
   return reinterpret_cast<F*>(f);
 }
