@@ -2,7 +2,7 @@
 """Shows that the CPU stand-in's tests can fail: breaks the CUDA code one way at a
 time, rebuilds kvscope_gpu_tests_on_cpu, runs it, and puts each file back.
 
-    python3 tests/cuda_on_cpu/break_kernels.py [BUILD_DIR]     (default: build; about 6 min on 2 cores)
+    python3 tests/cuda_on_cpu/break_kernels.py [BUILD_DIR]     (default: build; about 9 min on 2 cores)
 
 Prints one line per breakage with the tests that failed; exits 1 if some breakage
 failed no test. The sources are restored even when it is interrupted, and the
@@ -20,6 +20,8 @@ BREAKAGES = [
      "flash attention: the barrier between steps 4 and 5 removed"),
     ("kernels/flash_attention.cu", "if (p >= 0 && p <= query_pos[r]) {", "if (p >= 0) {",
      "flash attention: no causal mask"),
+    ("kernels/flash_attention.cu", "for (int r = 0; r < kQueryTile; ++r) last_query = max(last_query, query_pos[r]);",
+     "last_query = query_pos[0];", "flash attention: key tiles skipped by the block's first query, not its latest"),
     ("kernels/paged_attention.cu", "if (p < 0 || p > p_query) continue;", "if (p < 0) continue;",
      "paged attention: no causal mask"),
     ("kernels/paged_attention.cu", "for (int s = 0; s < n_slices; ++s)\n      if (part[s * (hd + 2)] > -INFINITY) sum",
