@@ -372,7 +372,8 @@ TEST(ServeBench, BadInputIsAClearError) {
 
 // Options that the run would not use are refused, not dropped: --text and --model
 // beside --config (a random model has neither tokenizer nor weights to read), --layers
-// without --config or beyond its layers; and --strategies names the four it takes.
+// without --config or beyond its layers, the eviction settings when no run evicts;
+// and --strategies names the four it takes.
 TEST(ServeBench, OptionsItWouldIgnoreAreRefused) {
   const std::string config = test::source_path("assets/configs/qwen3-0.6b-config.json");
   const std::string model = test::tiny_model("tiny-tied");
@@ -382,6 +383,10 @@ TEST(ServeBench, OptionsItWouldIgnoreAreRefused) {
       {"--config " + config + " --text " + model + "/tokenizer.json", "excludes"},
       {"--config " + config + " --model " + model, "excludes"},
       {"--strategies none,holes,bogus", "kvscope: error: --strategies: bogus not in {none,holes,reuse,compact}"},
+      {"--strategies none --policy snapkv",
+       "kvscope: error: --policy has no effect with --strategies none, which runs without eviction\n"},
+      {"--strategies none,none --budget 32",
+       "kvscope: error: --budget has no effect with --strategies none, which runs without eviction\n"},
   };
   for (const auto& [args, message] : cases) {
     const test::ProgramRun r = test::run_kvscope("serve-bench " + args);

@@ -182,9 +182,13 @@ void run_serve_bench(const ServeBenchArgs& a) {
   std::printf("pool: %d blocks of %d tokens (%.2f MB of K/V); a request's whole context takes %d blocks, so %d fit "
               "without eviction\n",
               a.blocks, a.block_size, double(a.blocks) * block_bytes / 1e6, full_blocks, a.blocks / full_blocks);
-  std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
-              "prefill in chunks of %d\n",
-              a.policy.c_str(), a.budget, a.slack, a.sinks, a.recent, a.chunk);
+  const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
+  if (evicts)
+    std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
+                "prefill in chunks of %d\n",
+                a.policy.c_str(), a.budget, a.slack, a.sinks, a.recent, a.chunk);
+  else
+    std::printf("eviction: none (--strategies none); prefill in chunks of %d\n", a.chunk);
   const int threads = omp_get_max_threads();
   std::printf("machine: %s, %d thread%s%s\n\n", cpu_name().c_str(), threads, threads == 1 ? "" : "s",
               a.device == "cuda" ? ("; the model runs on " + gpu_name()).c_str() : "");
@@ -263,19 +267,21 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-len", a.prompt_len, "Prompt tokens per request")->capture_default_str();
   cmd->add_option("--output-len", a.output_len, "New tokens per request (greedy)")->capture_default_str();
   cmd->add_option("--chunk", a.chunk, "Prefill tokens per step of a request being admitted")->capture_default_str();
-  cmd->add_option("--policy", a.policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
-  cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")->capture_default_str();
-  cmd->add_option("--slack", a.slack, "A round starts when a sequence's live tokens reach budget + slack")
-      ->capture_default_str();
-  cmd->add_option("--sinks", a.sinks, "First tokens never evicted")->capture_default_str();
-  cmd->add_option("--recent", a.recent, "Newest tokens never evicted")->capture_default_str();
+  CLI::Option* policy = cmd->add_option("--policy", a.policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
+                            ->capture_default_str()
+                            ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
+  CLI::Option* budget =
+      cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")->capture_default_str();
+  CLI::Option* slack = cmd->add_option("--slack", a.slack, "A round starts when a sequence's live tokens reach budget + slack")
+                           ->capture_default_str();
+  CLI::Option* sinks = cmd->add_option("--sinks", a.sinks, "First tokens never evicted")->capture_default_str();
+  CLI::Option* recent = cmd->add_option("--recent", a.recent, "Newest tokens never evicted")->capture_default_str();
   cmd->add_option("--strategies", a.strategies, "Runs: none (no eviction), holes, reuse, compact")
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "holes", "reuse", "compact"}));
-  cmd->add_option("--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
+  CLI::Option* calibration = cmd->add_option(
+      "--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file");
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id)");
   cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")
@@ -287,7 +293,17 @@ void add_serve_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--repeat", a.repeat, "Runs of each strategy, in turn; tokens/s and wall time are their median")
       ->capture_default_str();
-  cmd->callback([args] { run_serve_bench(*args); });
+  // The eviction settings shape only the runs that evict: given with --strategies none
+  // alone they would change nothing, so they are refused rather than ignored.
+  const std::vector<CLI::Option*> eviction_flags = {policy, budget, slack, sinks, recent, calibration};
+  cmd->callback([args, eviction_flags] {
+    const std::vector<std::string>& s = args->strategies;
+    if (std::all_of(s.begin(), s.end(), [](const std::string& x) { return x == "none"; }))
+      for (const CLI::Option* o : eviction_flags)
+        if (o->count() > 0)
+          throw Error(o->get_name() + " has no effect with --strategies none, which runs without eviction");
+    run_serve_bench(*args);
+  });
 }
 
 }  // namespace kvscope::cli
