@@ -74,15 +74,29 @@ void App::keyboard() {
   if (pressed(ImGuiKey_End, false)) session->seek(session->length());
 }
 
-std::string App::headline() const {
-  if (!session) return "kvscope";
-  std::string s = (scenario.empty() ? std::string("custom run") : scenario) + ": evicted " +
-                  percent(session->view(0).counters().evicted_fraction()) + " \xe2\x80\x94 freed ";
-  for (int v = 0; v < session->views(); ++v) {
+std::vector<App::HeadlinePiece> App::headline_pieces() const {
+  if (!session) return {{"kvscope"}};
+  auto evicted = [&](int v) { return "evicted " + percent(session->view(v).counters().evicted_fraction()); };
+  auto freed = [&](int v) {
     const Timeline& t = session->view(v);
-    if (v > 0) s += " vs ";
-    s += percent(t.counters().blocks_freed_fraction()) + " (" + t.run().label + ")";
+    return percent(t.counters().blocks_freed_fraction()) + " (" + t.run().label + ")";
+  };
+  bool same_evicted = true;
+  for (int v = 1; v < session->views(); ++v) same_evicted = same_evicted && evicted(v) == evicted(0);
+
+  std::string first = scenario.empty() ? std::string("custom run:") : scenario + ":";
+  if (same_evicted) first.append(" ").append(evicted(0)).append(" \xe2\x80\x94 freed");
+  std::vector<HeadlinePiece> pieces{{first}};
+  for (int v = 0; v < session->views(); ++v) {
+    if (v > 0) pieces.push_back({"vs"});
+    pieces.push_back({same_evicted ? freed(v) : evicted(v) + ", freed " + freed(v), v});
   }
+  return pieces;
+}
+
+std::string App::headline() const {
+  std::string s;
+  for (const HeadlinePiece& p : headline_pieces()) s += (s.empty() ? "" : " ") + p.text;
   return s;
 }
 
@@ -120,20 +134,15 @@ void App::frame(float dt) {
     return;
   }
 
-  // The headline (the words of headline(), each strategy's number in its colour) and the legend: always on screen.
+  // The headline, each run's numbers in its strategy's colour, and the legend: always on screen.
   if (title_font) ImGui::PushFont(title_font);
-  ImGui::Text("%s: evicted %s \xe2\x80\x94 freed", scenario.empty() ? "custom run" : scenario.c_str(),
-              percent(session->view(0).counters().evicted_fraction()).c_str());
-  for (int v = 0; v < session->views(); ++v) {
-    const Timeline& t = session->view(v);
-    if (v > 0) {
-      ImGui::SameLine();
-      ImGui::TextUnformatted("vs");
-    }
-    ImGui::SameLine();
-    ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(t.run().header.strategy));
-    ImGui::Text("%s (%s)", percent(t.counters().blocks_freed_fraction()).c_str(), t.run().label.c_str());
-    ImGui::PopStyleColor();
+  bool first = true;
+  for (const HeadlinePiece& p : headline_pieces()) {
+    if (!first) ImGui::SameLine();
+    first = false;
+    if (p.view >= 0) ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(session->view(p.view).run().header.strategy));
+    ImGui::TextUnformatted(p.text.c_str());
+    if (p.view >= 0) ImGui::PopStyleColor();
   }
   if (title_font) ImGui::PopFont();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);

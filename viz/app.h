@@ -71,7 +71,15 @@ class App {
   void frame(float dt);
 
   // The headline: "blog-16k-random: evicted 87.5% — freed 12% (holes) vs 87% (compact)".
-  std::string headline() const;
+  // Served runs schedule the requests each its own way, and evict different shares:
+  // "serve-model: evicted 68.1%, freed 30% (holes) vs evicted 76.7%, freed 45% (compact)".
+  // In pieces for the window, which draws each run's numbers in its strategy's colour.
+  struct HeadlinePiece {
+    std::string text;
+    int view = -1;  // the run whose colour the text takes; -1: plain
+  };
+  std::vector<HeadlinePiece> headline_pieces() const;
+  std::string headline() const;  // the pieces joined (printed with --screenshot)
 
   // --verify: reads the pixels of the last frame (RGBA, top row first) back
   // into slot classes (free, live, hole) by the palette, and compares them with

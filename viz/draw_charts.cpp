@@ -136,13 +136,27 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   const bool law = s.view(0).run().policy == "random";
   if (law)
     polyline(dl, f, h, [](const Sample& x) { return double(x.run[0].expected); }, palette::kExpectedLine, 1.5f, true);
-  polyline(dl, f, h, [](const Sample& x) { return double(x.run[0].evicted); }, palette::kEvictedLine, 1.5f, false);
+  // Tokens evicted: one line when the runs evict the same tokens; one per run, tinted
+  // by its strategy, when each scheduled the requests its own way.
+  const int evicted_lines = s.same_schedule() ? 1 : s.views();
+  auto evicted_colour = [&](int v) {
+    return evicted_lines == 1 ? palette::kEvictedLine
+                              : palette::mix(palette::kEvictedLine, palette::strategy(s.view(v).run().header.strategy), 0.5f);
+  };
+  for (int v = 0; v < evicted_lines; ++v)
+    polyline(dl, f, h, [v](const Sample& x) { return double(x.run[size_t(v)].evicted); }, evicted_colour(v), 1.5f, false);
   for (int v = 0; v < s.views(); ++v)
     polyline(dl, f, h, [v](const Sample& x) { return double(x.run[size_t(v)].freed); },
              palette::strategy(s.view(v).run().header.strategy), 2.0f, false);
   // The key, with the values at the cursor.
   const Counters& c0 = s.view(0).counters();
-  std::vector<Key> keys = {{"tokens evicted", percent(c0.evicted_fraction()), palette::kEvictedLine, false}};
+  std::vector<Key> keys;
+  for (int v = 0; v < evicted_lines; ++v) {
+    const Timeline& t = s.view(v);
+    keys.push_back({evicted_lines == 1 ? std::string("tokens evicted")
+                                       : "tokens evicted, " + std::string(strategy_title(t.run().header.strategy)),
+                    percent(t.counters().evicted_fraction()), evicted_colour(v), false});
+  }
   for (int v = 0; v < s.views(); ++v) {
     const Timeline& t = s.view(v);
     keys.push_back({"blocks freed, " + std::string(strategy_title(t.run().header.strategy)),

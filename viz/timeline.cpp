@@ -128,6 +128,14 @@ size_t Timeline::logical_count(size_t cursor) const {
   return size_t(std::lower_bound(logical_.begin(), logical_.end(), cursor) - logical_.begin());
 }
 
+size_t Timeline::write_count(size_t cursor) const {
+  return size_t(std::lower_bound(writes_.begin(), writes_.end(), cursor) - writes_.begin());
+}
+
+size_t Timeline::cursor_for_write(size_t n) const {
+  return n < writes_.size() ? cursor_for_logical(logical_count(writes_[n])) : size();
+}
+
 size_t Timeline::cursor_for_logical(size_t n) const {
   if (n == 0) return 0;
   if (n >= logical_.size()) return size();
@@ -204,10 +212,30 @@ std::vector<size_t> Session::cursors() const {
   return c;
 }
 
+// The other views go to the same moment. One schedule under two memory strategies
+// writes and evicts the same tokens, so the same count of logical events is the
+// same moment. Served requests are scheduled by each strategy its own way
+// (preemptions, recomputed tokens), and the lists differ: there the moment is the
+// same share of each run's tokens written, and the end is the end.
+bool Session::same_schedule() const {
+  for (const Timeline& v : views_)
+    if (v.logical_size() != primary_view().logical_size()) return false;
+  return true;
+}
+
 void Session::follow() {
-  const size_t n = primary_view().logical_count(cursor());
-  for (int i = 0; i < views(); ++i)
-    if (i != primary_) views_[size_t(i)].seek(views_[size_t(i)].cursor_for_logical(n));
+  const Timeline& p = primary_view();
+  const bool same = same_schedule();
+  for (int i = 0; i < views(); ++i) {
+    if (i == primary_) continue;
+    Timeline& v = views_[size_t(i)];
+    if (same)
+      v.seek(v.cursor_for_logical(p.logical_count(cursor())));
+    else if (cursor() >= p.size() || p.write_total() == 0)
+      v.seek(v.size());
+    else
+      v.seek(v.cursor_for_write(p.write_count(cursor()) * v.write_total() / p.write_total()));
+  }
 }
 
 void Session::mark_flash(const std::vector<size_t>& before) {

@@ -13,7 +13,10 @@
 // follows it by "logical" events, the ones every strategy shares (a token
 // written, a token evicted, a round begun or ended): it is put just before the
 // next logical event the primary has not reached. So while the primary slides
-// survivors forward, the other shows the same round with its holes.
+// survivors forward, the other shows the same round with its holes. (Served
+// requests are scheduled by each strategy its own way, and their logical events
+// differ: there the other view is kept at the same share of its own tokens
+// written, and both end together.)
 //
 // The Session also plays: `update(dt)` advances the clock at `speed` events a
 // second, and, with `animate`, stops to teach: a short pause when a round
@@ -65,10 +68,15 @@ class Timeline {
   size_t prev(Unit unit, size_t from) const;
 
   // Logical events (written, evicted, round begin/end): the same list under every
-  // memory strategy, for keeping two runs in step.
+  // memory strategy of one schedule, for keeping two runs in step.
   size_t logical_count(size_t cursor) const;   // logical events among the first `cursor`
   size_t cursor_for_logical(size_t n) const;   // just before the (n+1)-th logical event
   size_t logical_size() const { return logical_.size(); }
+  // Tokens written (SlotWritten events): among the first `cursor`, in the whole run,
+  // and the cursor just before the (n+1)-th of them (size() when there is none).
+  size_t write_count(size_t cursor) const;
+  size_t write_total() const { return writes_.size(); }
+  size_t cursor_for_write(size_t n) const;
   size_t moves() const { return moves_.size(); }  // SlotMoved events in the run
   size_t rounds() const { return round_ends_.size(); }
   const std::vector<size_t>& round_end_events() const { return round_ends_; }
@@ -147,6 +155,11 @@ class Session {
   const Timeline& view(int i) const { return views_[size_t(i)]; }
   int primary() const { return primary_; }
   const Timeline& primary_view() const { return views_[size_t(primary_)]; }
+
+  // Whether the runs are one schedule under different strategies (the same tokens
+  // written and evicted), as every synthetic and single-sequence model run is; served
+  // requests are scheduled by each strategy its own way, and differ.
+  bool same_schedule() const;
 
   // The clock: the primary's cursor.
   size_t cursor() const { return primary_view().cursor(); }
