@@ -179,10 +179,10 @@ void run_serve_bench(const ServeBenchArgs& a) {
   std::printf("kvscope serve-bench: %s, %d requests of %d prompt + %d new tokens (prompts: %s), greedy\n",
               model_name.c_str(), a.requests, a.prompt_len, a.output_len,
               text.empty() ? "random token ids" : shown_path(text).c_str());
-  std::printf("pool: %d block%s of %d tokens (%.2f MB of K/V); a request's whole context takes %d blocks, so %d fit "
-              "without eviction\n",
+  std::printf("pool: %d block%s of %d tokens (%.2f MB of K/V); a request's whole context takes %d block%s, so %d "
+              "fit without eviction\n",
               a.blocks, a.blocks == 1 ? "" : "s", a.block_size, double(a.blocks) * block_bytes / 1e6, full_blocks,
-              a.blocks / full_blocks);
+              full_blocks == 1 ? "" : "s", a.blocks / full_blocks);
   const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
   if (evicts)
     std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
