@@ -88,6 +88,13 @@ TEST(VizScenarios, ServingRunsSideBySideEndTogether) {
     EXPECT_EQ(t.counters().live(), 0) << t.run().label;
     EXPECT_EQ(t.counters().blocks_in_use, 0) << t.run().label;
   }
+  // What tutorial 8 says of this scenario: holes only, preempting more, writes about
+  // twice the tokens compaction does for the same requests.
+  ASSERT_EQ(session.view(0).run().header.strategy, MemoryStrategy::HolesOnly);
+  ASSERT_EQ(session.view(1).run().header.strategy, MemoryStrategy::Compact);
+  const double ratio = double(session.view(0).counters().written) / double(session.view(1).counters().written);
+  EXPECT_GT(ratio, 1.8);
+  EXPECT_LT(ratio, 2.2);
 }
 
 }  // namespace
