@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "gpu_devices.h"
 #include "util/error.h"
@@ -12,6 +13,26 @@ std::unique_ptr<Backend> make_backend(const Model& model, int num_blocks, int bl
   std::string why;
   if (!gpu_available(why)) throw Error("no CUDA GPU found (" + why + ")");
   return std::make_unique<CudaBackend>(model, num_blocks, block_size);
+}
+
+// The two big allocations are sized by the user: the weights (--model, --weights)
+// and the paged K/V storage (--blocks, --kv-memory). Each is checked against the
+// GPU's free memory first, so that one too big is named as what it is rather than
+// as cudaMalloc's "out of memory".
+static void check_fits_on_gpu(size_t bytes, const std::string& what) {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();  // not left for the next launch check to report; cudaMalloc will say why
+    return;
+  }
+  auto gb = [](size_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.2f GB", double(b) / 1e9);
+    return std::string(s);
+  };
+  if (bytes > free_bytes)
+    throw Error("not enough GPU memory for " + what + ": " + gb(bytes) + " needed, " + gb(free_bytes) + " free (of " +
+                gb(total_bytes) + ")");
 }
 
 // ---------------------------------------------------------------------------
@@ -37,6 +58,7 @@ CudaBackend::CudaBackend(const Model& model, int num_blocks, int block_size)
     : model_(model), num_blocks_(num_blocks), block_size_(block_size) {
   const ModelConfig& c = model.config;
   const Weights& w = model.weights;
+  check_fits_on_gpu(w.matrix_bytes(), "the weights");
   embed_ = upload(w.embed);
   lm_head_ = upload(w.lm_head);  // tied: the same host pointer, so the same device copy
   final_norm_ = upload_vector(w.final_norm, c.hidden_size);
@@ -61,6 +83,9 @@ CudaBackend::CudaBackend(const Model& model, int num_blocks, int block_size)
     inv_freq[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(c.head_dim));
   inv_freq_.upload(inv_freq);
 
+  check_fits_on_gpu(2 * storage_floats() * sizeof(float),
+                    "the paged K/V storage (" + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
+                        " tokens; K and V of " + std::to_string(c.num_layers) + " layers, f32)");
   k_.reserve(storage_floats());
   v_.reserve(storage_floats());
   k_.zero(storage_floats());

@@ -11,6 +11,7 @@
 #include "gpu_test.h"
 
 #ifdef KVSCOPE_HAVE_CUDA
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -107,6 +108,28 @@ TEST(GpuModel, BundledModelMatchesCpu) {
   KVSCOPE_REQUIRE_GPU();
   compare_on_fixture_inputs(load_model(test::source_path("assets/model")),
                             test::source_path("tests/fixtures/bundled-model.json"), "bundled model");
+}
+
+// A pool larger than the GPU's free memory is refused before anything is allocated,
+// by name and size, not as cudaMalloc's "out of memory".
+TEST(GpuModel, APoolLargerThanTheGpuIsRefusedByName) {
+  KVSCOPE_REQUIRE_GPU();
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const int block_size = 256;
+  const size_t blocks = free_bytes / KvStorage::bytes_per_block(m.config, block_size) + 1;
+  ASSERT_LT(blocks, size_t(INT32_MAX)) << "a GPU this large needs a bigger test model";
+  try {
+    cuda::make_backend(m, int(blocks), block_size);
+    FAIL() << blocks << " blocks fitted in " << free_bytes << " free bytes";
+  } catch (const Error& e) {
+    const std::string want = "not enough GPU memory for the paged K/V storage (" + std::to_string(blocks) +
+                             " blocks of 256 tokens; K and V of " + std::to_string(m.config.num_layers) +
+                             " layers, f32): ";
+    EXPECT_EQ(std::string(e.what()).substr(0, want.size()), want) << e.what();
+    EXPECT_NE(std::string(e.what()).find(" GB free (of "), std::string::npos) << e.what();
+  }
 }
 
 TEST(GpuModel, EagerPathProbSumsAndQueriesMatchCpu) {

@@ -50,6 +50,12 @@ cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes) std::memset(p, value, bytes);
   return cudaSuccess;
 }
+// The stand-in's device is as big as cudaGetDeviceProperties says, and always empty:
+// a request larger than it is refused by the callers' checks without allocating.
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = *total_bytes = size_t(16) << 30;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
   return cudaSuccess;
