@@ -212,17 +212,18 @@ std::vector<size_t> Session::cursors() const {
   return c;
 }
 
-// The other views go to the same moment. One schedule under two memory strategies
-// writes and evicts the same tokens, so the same count of logical events is the
-// same moment. Served requests are scheduled by each strategy its own way
-// (preemptions, recomputed tokens), and the lists differ: there the moment is the
-// same share of each run's tokens written, and the end is the end.
+// Told by the count of logical events, which one schedule shares under every strategy.
 bool Session::same_schedule() const {
   for (const Timeline& v : views_)
     if (v.logical_size() != primary_view().logical_size()) return false;
   return true;
 }
 
+// The other views go to the same moment. One schedule under two memory strategies
+// writes and evicts the same tokens, so the same count of logical events is the
+// same moment. Served requests are scheduled by each strategy its own way
+// (preemptions, recomputed tokens), and the lists differ: there the moment is the
+// same share of each run's tokens written, and the end is the end.
 void Session::follow() {
   const Timeline& p = primary_view();
   const bool same = same_schedule();
