@@ -7,14 +7,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
+#include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
 #include "model/config.h"
 #include "run_kvscope.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/memory_check.h"
 
 namespace kvscope {
 namespace {
@@ -170,6 +173,39 @@ TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   expect_one_line_error("calibrate" + tiny + " --text " + text + " --out " + test::binary_path("never.json"), expected);
   expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + text, expected);
   std::remove(text.c_str());
+}
+
+// A pool larger than the machine's memory is refused by name before any of it is
+// allocated: it used to end as "out of memory", or, in the range the kernel overcommits,
+// with the process killed while the slots were zero-filled.
+TEST(BadInput, APoolLargerThanTheMachineIsRefusedByName) {
+  const size_t ram = physical_memory_bytes();
+  if (ram == 0) GTEST_SKIP() << "sysconf cannot read this machine's physical memory";
+  const ModelConfig c = load_config(test::tiny_model("tiny-tied"));
+  const size_t blocks = ram / KvStorage::bytes_per_block(c, 256) + 1;
+  ASSERT_LT(blocks, size_t(1) << 30) << "a machine this large needs a bigger test model";
+  try {
+    KvStorage kv(c, int(blocks), 256);
+    ADD_FAILURE() << blocks << " blocks fitted in " << ram << " bytes";
+  } catch (const Error& e) {
+    const std::string want = "not enough memory for the paged K/V storage (" + std::to_string(blocks) +
+                             " blocks of 256 tokens; K and V of 2 layers, f32): ";
+    EXPECT_EQ(std::string(e.what()).substr(0, want.size()), want) << e.what();
+    EXPECT_NE(std::string(e.what()).find(" GB needed, this machine has "), std::string::npos) << e.what();
+  }
+  // The cache's own table of slot positions (8 bytes a slot) is checked the same way.
+  const size_t table_blocks = ram / (256 * sizeof(int64_t)) + 1;
+  ASSERT_LT(table_blocks, size_t(INT32_MAX));
+  try {
+    PagedKvCache cache(int(table_blocks), 256, MemoryStrategy::Compact);
+    ADD_FAILURE() << table_blocks << " blocks fitted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("not enough memory for the cache's slot table (", 0), 0u) << e.what();
+  }
+  // Through the program: one line, exit code 1 (--kv-memory is in MB).
+  char mb[32];
+  std::snprintf(mb, sizeof mb, "%.0f", double(ram) * 1.01 / 1e6);
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory " + mb, "not enough memory for the paged K/V storage (");
 }
 
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "util/error.h"
+#include "util/memory_check.h"
 
 namespace kvscope {
 
@@ -44,6 +45,9 @@ void check_block_size(int block_size) {
 PagedKvCache::PagedKvCache(int num_blocks, int block_size, MemoryStrategy strategy, EventLog* log)
     : pool_(num_blocks), block_size_(block_size), strategy_(strategy), log_(log) {
   check_block_size(block_size);
+  check_fits_in_memory(size_t(num_blocks) * block_size * sizeof(int64_t),
+                       "the cache's slot table (" + std::to_string(num_blocks) + " blocks of " +
+                           std::to_string(block_size) + " slots, a position each)");
   slot_pos_.assign(size_t(num_blocks) * block_size, kEmpty);
   owner_.assign(size_t(num_blocks), -1);
 }

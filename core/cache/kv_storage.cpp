@@ -4,13 +4,20 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/memory_check.h"
 
 namespace kvscope {
 
 KvStorage::KvStorage(const ModelConfig& c, int num_blocks_, int block_size_)
-    : num_layers(c.num_layers), num_blocks(num_blocks_), block_size(block_size_), kv_dim(c.kv_dim()),
-      k(size_t(num_layers) * num_blocks * block_size * kv_dim),
-      v(size_t(num_layers) * num_blocks * block_size * kv_dim) {}
+    : num_layers(c.num_layers), num_blocks(num_blocks_), block_size(block_size_), kv_dim(c.kv_dim()) {
+  const size_t floats = size_t(num_layers) * num_blocks * block_size * kv_dim;  // of K, and of V
+  check_fits_in_memory(2 * floats * sizeof(float),
+                       "the paged K/V storage (" + std::to_string(num_blocks) + " blocks of " +
+                           std::to_string(block_size) + " tokens; K and V of " + std::to_string(num_layers) +
+                           " layers, f32)");
+  k.assign(floats, 0.0f);
+  v.assign(floats, 0.0f);
+}
 
 size_t KvStorage::apply(const std::vector<Move>& plan) {
   for (int l = 0; l < num_layers; ++l)
