@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
+#include "cache/kv_storage.h"
 #include "gpu_devices.h"
 #include "util/error.h"
+#include "util/memory_check.h"
 
 namespace kvscope::cuda {
 
@@ -25,14 +26,9 @@ static void check_fits_on_gpu(size_t bytes, const std::string& what) {
     cudaGetLastError();  // not left for the next launch check to report; cudaMalloc will say why
     return;
   }
-  auto gb = [](size_t b) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.2f GB", double(b) / 1e9);
-    return std::string(s);
-  };
   if (bytes > free_bytes)
-    throw Error("not enough GPU memory for " + what + ": " + gb(bytes) + " needed, " + gb(free_bytes) + " free (of " +
-                gb(total_bytes) + ")");
+    throw Error("not enough GPU memory for " + what + ": " + gigabytes(bytes) + " needed, " + gigabytes(free_bytes) +
+                " free (of " + gigabytes(total_bytes) + ")");
 }
 
 // ---------------------------------------------------------------------------
@@ -83,9 +79,7 @@ CudaBackend::CudaBackend(const Model& model, int num_blocks, int block_size)
     inv_freq[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(c.head_dim));
   inv_freq_.upload(inv_freq);
 
-  check_fits_on_gpu(2 * storage_floats() * sizeof(float),
-                    "the paged K/V storage (" + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
-                        " tokens; K and V of " + std::to_string(c.num_layers) + " layers, f32)");
+  check_fits_on_gpu(2 * storage_floats() * sizeof(float), KvStorage::describe(c, num_blocks, block_size));
   k_.reserve(storage_floats());
   v_.reserve(storage_floats());
   k_.zero(storage_floats());

@@ -11,10 +11,7 @@ namespace kvscope {
 KvStorage::KvStorage(const ModelConfig& c, int num_blocks_, int block_size_)
     : num_layers(c.num_layers), num_blocks(num_blocks_), block_size(block_size_), kv_dim(c.kv_dim()) {
   const size_t floats = size_t(num_layers) * num_blocks * block_size * kv_dim;  // of K, and of V
-  check_fits_in_memory(2 * floats * sizeof(float),
-                       "the paged K/V storage (" + std::to_string(num_blocks) + " blocks of " +
-                           std::to_string(block_size) + " tokens; K and V of " + std::to_string(num_layers) +
-                           " layers, f32)");
+  check_fits_in_memory(2 * floats * sizeof(float), describe(c, num_blocks, block_size));
   k.assign(floats, 0.0f);
   v.assign(floats, 0.0f);
 }
@@ -26,6 +23,11 @@ size_t KvStorage::apply(const std::vector<Move>& plan) {
       std::copy_n(value(l, m.from), kv_dim, value(l, m.to));
     }
   return plan.size() * size_t(num_layers) * 2 * kv_dim * sizeof(float);
+}
+
+std::string KvStorage::describe(const ModelConfig& c, int num_blocks, int block_size) {
+  return "the paged K/V storage (" + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
+         " tokens; K and V of " + std::to_string(c.num_layers) + " layers, f32)";
 }
 
 size_t KvStorage::bytes_per_block(const ModelConfig& c, int block_size) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "cache/kv_cache.h"
@@ -34,6 +35,9 @@ struct KvStorage {
 
   // Bytes one block takes: K and V, all layers, f32.
   static size_t bytes_per_block(const ModelConfig& c, int block_size);
+  // "the paged K/V storage (N blocks of B tokens; K and V of L layers, f32)": how the
+  // memory checks name it, on the CPU and on the GPU.
+  static std::string describe(const ModelConfig& c, int num_blocks, int block_size);
 
  private:
   size_t offset(int layer, SlotRef s) const {

@@ -11,6 +11,9 @@
 
 namespace kvscope {
 
+// "2.05 GB": bytes in decimal gigabytes, as the memory messages give them.
+std::string gigabytes(size_t bytes);
+
 // The machine's physical memory in bytes (sysconf); 0 when it cannot be read.
 size_t physical_memory_bytes();
 
