@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "sim/synthetic.h"
@@ -153,6 +154,30 @@ TEST(VizTimeline, CountersAtTheEndMatchSimulate) {
       EXPECT_EQ(k.bytes_reclaimed(), r.bytes_reclaimed());
     }
   }
+}
+
+// The served runs' summary (every request is released at their end, so the
+// blocks freed at that moment is "-"): blocks freed after each token written, averaged.
+TEST(VizTimeline, FreedOnAverageWeighsEveryTokenWritten) {
+  EventLog log;
+  PagedKvCache cache(8, 4, MemoryStrategy::HolesOnly, &log);
+  const int seq = cache.add_sequence();
+  for (int i = 0; i < 8; ++i) cache.append(seq);  // 2 blocks, both full: nothing freed, 8 times
+  cache.begin_round(seq);
+  cache.evict(seq, {0, 1, 2, 3});  // block 0 empties and goes back
+  cache.end_round(seq);
+  for (int i = 0; i < 4; ++i) cache.append(seq);  // 2 blocks held of ceil(12/4) = 3: 1/3 freed, 4 times
+  cache.release_sequence(seq);
+
+  Occupancy occ(cache.num_blocks(), cache.block_size());
+  Counters c(cache.block_size(), 1);
+  for (const Event& e : log) {
+    occ.apply(e);
+    c.count(e, occ);
+  }
+  EXPECT_EQ(c.written, 12);
+  EXPECT_TRUE(std::isnan(c.blocks_freed_fraction()));      // all released: nothing to compare
+  EXPECT_NEAR(c.mean_freed_fraction(), (4.0 / 3.0) / 12.0, 1e-12);  // (8 x 0 + 4 x 1/3) / 12
 }
 
 TEST(VizTimeline, TheBlogScenarioMakesThePoint) {

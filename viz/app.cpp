@@ -78,8 +78,10 @@ std::vector<App::HeadlinePiece> App::headline_pieces() const {
   if (!session) return {{"kvscope"}};
   auto evicted = [&](int v) { return "evicted " + percent(session->view(v).counters().evicted_fraction()); };
   auto freed = [&](int v) {
-    const Timeline& t = session->view(v);
-    return percent(t.counters().blocks_freed_fraction()) + " (" + t.run().label + ")";
+    const Counters& c = session->view(v).counters();
+    const std::string label = " (" + session->view(v).run().label + ")";
+    if (c.all_released()) return percent(c.mean_freed_fraction()) + " on average" + label;
+    return percent(c.blocks_freed_fraction()) + label;
   };
   bool same_evicted = true;
   for (int v = 1; v < session->views(); ++v) same_evicted = same_evicted && evicted(v) == evicted(0);

@@ -45,6 +45,9 @@ void Counters::count(const Event& e, const Occupancy& after) {
   }
   blocks_in_use = after.blocks_in_use();
   if (blocks_in_use > peak_blocks) peak_blocks = blocks_in_use;
+  // Never NaN here: the writing sequence holds its token (a replay refuses a
+  // released sequence that appears again).
+  if (e.kind == EventKind::SlotWritten) freed_sum += blocks_freed_fraction();
 }
 
 double Counters::expected_freed_fraction() const { return expected_blocks_freed(evicted_fraction(), block_size); }

@@ -17,6 +17,8 @@
 //   blocks in use      Occupancy::blocks_in_use() (the pool's blocks owned by a sequence)
 //   blocks freed %     1 - blocks in use / full-cache blocks (none when every sequence
 //                      written so far was released: nothing is held to compare)
+//   freed on average   blocks freed %, taken after every SlotWritten event and averaged:
+//                      a served run's summary, since at its end every request is released
 //   memory in use      blocks in use x block_size x bytes per token
 //   bytes reclaimed    (full-cache blocks - blocks in use) x block_size x bytes per token
 //   bytes moved        SlotMoved events x bytes per token (compaction's copies)
@@ -48,6 +50,7 @@ struct Counters {
   int blocks_in_use = 0;              // from the Occupancy after the event
   int peak_blocks = 0;                // the most blocks in use so far
   int rounds = 0;                     // RoundEnd events
+  double freed_sum = 0;               // blocks_freed_fraction() summed after each SlotWritten event
 
   Counters() = default;
   Counters(int block_size_, int64_t bytes_per_token_) : block_size(block_size_), bytes_per_token(bytes_per_token_) {}
@@ -68,6 +71,9 @@ struct Counters {
                ? 1.0 - double(blocks_in_use) / double(full_cache_blocks)
                : 0.0;
   }
+  // Averaged over the tokens written so far: each written token weighs one step of
+  // one sequence's work, so a run that holds fewer blocks for longer scores higher.
+  double mean_freed_fraction() const { return written ? freed_sum / double(written) : NAN; }
   double expected_freed_fraction() const;  // (evicted fraction)^block_size
   int64_t bytes_per_block() const { return int64_t(block_size) * bytes_per_token; }
   int64_t memory_in_use() const { return int64_t(blocks_in_use) * bytes_per_block(); }

@@ -177,6 +177,9 @@ void counters(App& app) {
       [](C c) { return count(c.full_cache_blocks); });
   row(s, "blocks freed", "1 - blocks in use / full-cache blocks (- once every sequence is released)",
       [](C c) { return percent(c.blocks_freed_fraction()); });
+  if (s.view(0).run().served())
+    row(s, "freed, on average", "blocks freed, taken at every token written and averaged: at the end, when every request is released, the run's summary",
+        [](C c) { return percent(c.mean_freed_fraction()); });
   if (s.view(0).run().policy == "random")
     row(s, "law: (evicted)^B", "the chance that all block_size tokens of a block were evicted at random",
         [](C c) { return percent(c.expected_freed_fraction()); });
