@@ -119,11 +119,19 @@ void run_generate(const GenerateArgs& a) {
   std::fputs(a.prompt.c_str(), stdout);
   if (a.chat) std::fputc('\n', stdout);
   std::fflush(stdout);
-  GenerateStats stats = generate(model, prompt, options, [&](int token) {
-    if (tokenizer.is_special(token)) return;  // e.g. <|im_end|>: not text
-    std::fputs(stream.push(token).c_str(), stdout);
+  GenerateStats stats;
+  try {
+    stats = generate(model, prompt, options, [&](int token) {
+      if (tokenizer.is_special(token)) return;  // e.g. <|im_end|>: not text
+      std::fputs(stream.push(token).c_str(), stdout);
+      std::fflush(stdout);
+    });
+  } catch (const Error&) {  // e.g. the pool ran out: the text so far stays, and the error gets a line of its own
+    std::fputs(stream.flush().c_str(), stdout);
+    std::fputc('\n', stdout);
     std::fflush(stdout);
-  });
+    throw;
+  }
   std::fputs(stream.flush().c_str(), stdout);
   std::fputc('\n', stdout);
 
