@@ -96,8 +96,8 @@ TEST(VizScenarios, ServingRunsSideBySideEndTogether) {
   EXPECT_GT(ratio, 1.8);
   EXPECT_LT(ratio, 2.2);
   // The headline's summary at the end (every request released, nothing held now):
-  // blocks freed averaged over the tokens written. Tutorial 8: "about 13% for holes
-  // only, about 50% for compaction" (12.6% and 50.4% here).
+  // blocks freed averaged over the tokens written. Tutorial 8: "about an eighth of
+  // the blocks for holes only, about half for compaction" (12.6% and 50.4% here).
   const double holes = session.view(0).counters().mean_freed_fraction();
   const double compact = session.view(1).counters().mean_freed_fraction();
   EXPECT_GT(holes, 0.115);
