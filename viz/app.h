@@ -74,7 +74,7 @@ class App {
   // Served runs schedule the requests each its own way, and evict different shares:
   // "serve-model: evicted 68.1%, freed 30% (holes) vs evicted 76.7%, freed 45% (compact)".
   // Once every request is released nothing is held, and a run's figure is its
-  // average over the tokens written: "freed 21% on average (holes)".
+  // average over the tokens written: "freed 12.6% on average (holes)".
   // In pieces for the window, which draws each run's numbers in its strategy's colour.
   struct HeadlinePiece {
     std::string text;

@@ -71,8 +71,8 @@ struct Counters {
                ? 1.0 - double(blocks_in_use) / double(full_cache_blocks)
                : 0.0;
   }
-  // Averaged over the tokens written so far: each written token weighs one step of
-  // one sequence's work, so a run that holds fewer blocks for longer scores higher.
+  // Averaged over the tokens written so far: a written token is one step of one
+  // sequence's work, so each moment of the run weighs as much work as was done in it.
   double mean_freed_fraction() const { return written ? freed_sum / double(written) : NAN; }
   double expected_freed_fraction() const;  // (evicted fraction)^block_size
   int64_t bytes_per_block() const { return int64_t(block_size) * bytes_per_token; }

@@ -178,7 +178,9 @@ void counters(App& app) {
   row(s, "blocks freed", "1 - blocks in use / full-cache blocks (- once every sequence is released)",
       [](C c) { return percent(c.blocks_freed_fraction()); });
   if (s.view(0).run().served())
-    row(s, "freed, on average", "blocks freed, taken at every token written and averaged: at the end, when every request is released, the run's summary",
+    row(s, "freed, on average",
+        "blocks freed, taken at every token written and averaged: the run's summary at its end, "
+        "when every request is released",
         [](C c) { return percent(c.mean_freed_fraction()); });
   if (s.view(0).run().policy == "random")
     row(s, "law: (evicted)^B", "the chance that all block_size tokens of a block were evicted at random",
