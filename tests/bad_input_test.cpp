@@ -240,8 +240,36 @@ TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
   EXPECT_EQ(r.out.back(), '\n') << r.out;
   const std::string want =
       "kvscope: error: block pool exhausted: sequence 0 needs room for 1 more token, the pool has 0 (0 free blocks of "
-      "16); the step is refused and the sequence is unchanged (free blocks, then retry)\n";
+      "16); the step is refused and the sequence is unchanged. --kv-memory 0.02 MB holds 1 block (16 tokens) and "
+      "nothing is evicted: raise --kv-memory, or evict with --budget\n";
   EXPECT_EQ(r.err, want);
+}
+
+TEST(BadInput, AFullPoolSaysWhichFlagWouldMakeRoom) {
+  // The tiny model's K and V take 1,024 bytes a token: --kv-memory 0.1 is 6 blocks of 16.
+  expect_one_line_error(kTiny + "--prompt '" + std::string(200, 'x') + "' --kv-memory 0.02",
+                        "--kv-memory 0.02 MB holds 1 block (16 tokens), fewer than the prompt's");
+  expect_one_line_error(kTiny + "--prompt hi -n 100 --kv-memory 0.05 --budget 40 --slack 16 --recent 8",
+                        "--kv-memory 0.05 MB holds 3 blocks (48 tokens), fewer than a round waits for (--budget 40 + "
+                        "--slack 16): lower them, or raise --kv-memory");
+  // The project's point, in a refusal: random eviction keeps 32 of every 48 tokens,
+  // scattered, so with holes only nearly every block keeps a survivor and the pool
+  // fills; the same run with compaction gives the emptied blocks back and finishes.
+  const std::string run = kTiny + "--prompt hi -n 300 --kv-memory 0.1 --budget 32 --slack 16 --recent 8 --policy random ";
+  expect_one_line_error(run + "--strategy holes",
+                        "--kv-memory 0.1 MB holds 6 blocks (96 tokens), and under --strategy holes a block goes back "
+                        "only when every token in it is evicted: use --strategy compact, or raise --kv-memory");
+  const ProgramRun compacted = run_kvscope(run + "--strategy compact");
+  EXPECT_EQ(compacted.code, 0) << compacted.err;
+  EXPECT_NE(compacted.err.find("decode: 300 tokens"), std::string::npos) << compacted.err;
+
+  // The README's example: the bundled model, H2O (the default policy).
+  const std::string readme = "generate --prompt 'The json module' -n 300 --budget 32 --slack 8 --recent 8 "
+                             "--kv-memory 0.3 --seed 1 --strategy ";
+  expect_one_line_error(readme + "holes",
+                        "--kv-memory 0.3 MB holds 9 blocks (144 tokens), and under --strategy holes a block goes back "
+                        "only when every token in it is evicted: use --strategy compact, or raise --kv-memory");
+  EXPECT_EQ(run_kvscope(readme + "compact").code, 0);
 }
 
 }  // namespace

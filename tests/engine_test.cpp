@@ -145,10 +145,10 @@ TEST(Engine, AnExhaustedPoolRefusesTheStepAndLeavesOtherSequencesIntact) {
   try {
     e.prefill(b, {1, 2});  // b needs a second block
     ADD_FAILURE() << "no error";
-  } catch (const Error& err) {
+  } catch (const PoolExhausted& err) {  // an Error, of the kind a caller can wait out
     EXPECT_STREQ(err.what(),
                  "block pool exhausted: sequence 1 needs room for 2 more tokens, the pool has 1 (0 free blocks of 4); "
-                 "the step is refused and the sequence is unchanged (free blocks, then retry)");
+                 "the step is refused and the sequence is unchanged");
   }
   EXPECT_EQ(e.cache().live_positions(a), before);
   EXPECT_EQ(e.cache().sequence(b).live, 3);

@@ -16,7 +16,7 @@ BlockPool::BlockPool(int num_blocks) {
 
 int BlockPool::allocate() {
   if (free_count_ == 0)
-    throw Error("block pool exhausted: all " + std::to_string(num_blocks()) + " blocks are in use");
+    throw PoolExhausted("block pool exhausted: all " + std::to_string(num_blocks()) + " blocks are in use");
   const int block = free_queue_[head_];
   head_ = (head_ + 1) % num_blocks();
   --free_count_;

@@ -15,7 +15,7 @@ class BlockPool {
  public:
   explicit BlockPool(int num_blocks);
 
-  // A free block with reference count 1. Throws kvscope::Error("block pool exhausted ...")
+  // A free block with reference count 1. Throws kvscope::PoolExhausted ("block pool exhausted ...")
   // when none is free; callers that can wait check num_free() first.
   int allocate();
   // Drops one reference; the block returns to the free queue when none is left.

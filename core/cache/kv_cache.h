@@ -69,7 +69,7 @@ class PagedKvCache {
 
   // The slot for the sequence's next token (at next_pos), allocating a block when
   // the tail block is full (or, under ReuseHoles, filling a hole first).
-  // Throws kvscope::Error when the pool is exhausted; nothing changes then.
+  // Throws kvscope::PoolExhausted when the pool is exhausted; nothing changes then.
   SlotRef append(int seq);
   // How many more tokens append(seq) can place: tail room, holes it may reuse,
   // and every free block of the pool (which other sequences share).

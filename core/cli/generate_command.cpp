@@ -64,6 +64,25 @@ void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
   std::fprintf(stderr, "  compaction moved %.2f MB\n", s.bytes_moved / 1e6);
 }
 
+// Which flag would have made room, when a pool sized by --kv-memory runs out (the
+// refusal itself says what the step needed). The cases go from the plainest cause
+// to the one this project is about: holes that keep their blocks.
+std::string pool_advice(const GenerateArgs& a, int num_blocks, size_t prompt_tokens) {
+  const int capacity = num_blocks * a.block_size;  // tokens
+  const std::string pool = "--kv-memory " + number_text(a.kv_memory_mb) + " MB holds " + std::to_string(num_blocks) +
+                           (num_blocks == 1 ? " block (" : " blocks (") + std::to_string(capacity) + " tokens)";
+  if (prompt_tokens > size_t(capacity))
+    return pool + ", fewer than the prompt's " + std::to_string(prompt_tokens) + ": raise --kv-memory";
+  if (a.budget == 0) return pool + " and nothing is evicted: raise --kv-memory, or evict with --budget";
+  if (a.budget + a.slack > capacity)
+    return pool + ", fewer than a round waits for (--budget " + std::to_string(a.budget) + " + --slack " +
+           std::to_string(a.slack) + "): lower them, or raise --kv-memory";
+  if (parse_strategy(a.strategy) == MemoryStrategy::HolesOnly)
+    return pool + ", and under --strategy holes a block goes back only when every token in it is evicted: "
+                  "use --strategy compact, or raise --kv-memory";
+  return pool + ": raise --kv-memory";
+}
+
 // The flags that need no model, checked before loading one.
 void check_args(const GenerateArgs& a) {
   if (a.block_size < 1 || a.block_size > kMaxBlockSize)
@@ -119,6 +138,13 @@ void run_generate(const GenerateArgs& a) {
   std::fputs(a.prompt.c_str(), stdout);
   if (a.chat) std::fputc('\n', stdout);
   std::fflush(stdout);
+  // The streamed text ends its line, also when an error cuts it short (the error
+  // then gets a line of its own, and no held-back bytes are lost).
+  const auto end_the_text = [&] {
+    std::fputs(stream.flush().c_str(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  };
   GenerateStats stats;
   try {
     stats = generate(model, prompt, options, [&](int token) {
@@ -126,17 +152,19 @@ void run_generate(const GenerateArgs& a) {
       std::fputs(stream.push(token).c_str(), stdout);
       std::fflush(stdout);
     });
-  } catch (const Error&) {  // e.g. the pool ran out: the text so far stays, and the error gets a line of its own
-    std::fputs(stream.flush().c_str(), stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+  } catch (const PoolExhausted& e) {
+    end_the_text();
+    if (a.kv_memory_mb > 0) throw Error(std::string(e.what()) + ". " + pool_advice(a, options.engine.num_blocks, prompt.size()));
+    throw;
+  } catch (const Error&) {
+    end_the_text();
     throw;
   }
-  std::fputs(stream.flush().c_str(), stdout);
-  std::fputc('\n', stdout);
+  end_the_text();
 
-  std::fprintf(stderr, "\nprompt: %d tokens, %.1f tokens/s | decode: %d tokens, %.1f tokens/s%s\n", stats.prompt_tokens,
-               stats.prefill_tokens_per_second(), stats.new_tokens, stats.decode_tokens_per_second(),
+  std::fprintf(stderr, "\nprompt: %d token%s, %.1f tokens/s | decode: %d token%s, %.1f tokens/s%s\n", stats.prompt_tokens,
+               stats.prompt_tokens == 1 ? "" : "s", stats.prefill_tokens_per_second(), stats.new_tokens,
+               stats.new_tokens == 1 ? "" : "s", stats.decode_tokens_per_second(),
                stats.stopped ? " (stopped at end of sequence)" : "");
   print_cache_stats(stats.cache, a);
 

@@ -57,7 +57,7 @@ class Engine {
   void release_sequence(int seq);
 
   // Runs the tokens and returns the logits of the last one. [vocab]
-  // When the shared pool has no room for them, the step is refused: kvscope::Error
+  // When the shared pool has no room for them, the step is refused: kvscope::PoolExhausted
   // "block pool exhausted: sequence N ... refused", and nothing changes (not this
   // sequence, not the others). The caller may retry once blocks are freed.
   const float* prefill(int seq, const std::vector<int>& tokens);
@@ -67,7 +67,7 @@ class Engine {
   // tokens; the engine sets the attention options its policies need). Returns
   // [items, vocab], each item's last token's logits, valid until the next step.
   // Refused as a whole when the pool lacks the blocks for all of them together
-  // (kvscope::Error, nothing changes). Then, sequence by sequence, the policies
+  // (kvscope::PoolExhausted, nothing changes). Then, sequence by sequence, the policies
   // observe and the eviction rounds that are due run, as after prefill and decode.
   const float* step_batch(std::vector<BatchItem> items);
 

@@ -132,10 +132,11 @@ Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const
   // Refused before anything is written: the sequence stays as it was and can
   // retry the same step once blocks are freed; other sequences are untouched.
   if (cache.room(seq) < T)
-    throw Error("block pool exhausted: sequence " + std::to_string(seq) + " needs room for " + std::to_string(T) +
-                (T == 1 ? " more token" : " more tokens") + ", the pool has " + std::to_string(cache.room(seq)) + " (" +
-                std::to_string(cache.pool().num_free()) + " free blocks of " + std::to_string(cache.block_size()) +
-                "); the step is refused and the sequence is unchanged (free blocks, then retry)");
+    throw PoolExhausted("block pool exhausted: sequence " + std::to_string(seq) + " needs room for " +
+                        std::to_string(T) + (T == 1 ? " more token" : " more tokens") + ", the pool has " +
+                        std::to_string(cache.room(seq)) + " (" + std::to_string(cache.pool().num_free()) +
+                        " free blocks of " + std::to_string(cache.block_size()) +
+                        "); the step is refused and the sequence is unchanged");
 
   // Place the new tokens first: each gets a slot and its position.
   Placement p;
@@ -162,9 +163,9 @@ void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vec
     blocks += cache.blocks_needed(it.seq, int64_t(it.tokens.size()));
   }
   if (blocks > cache.pool().num_free())
-    throw Error("block pool exhausted: the batch of " + std::to_string(items.size()) + " sequences needs " +
-                std::to_string(blocks) + " more blocks, the pool has " + std::to_string(cache.pool().num_free()) +
-                " free; the step is refused and no sequence is changed");
+    throw PoolExhausted("block pool exhausted: the batch of " + std::to_string(items.size()) + " sequences needs " +
+                        std::to_string(blocks) + " more blocks, the pool has " +
+                        std::to_string(cache.pool().num_free()) + " free; the step is refused and no sequence is changed");
 }
 
 std::vector<Placement> place_batch(const ModelConfig& c, PagedKvCache& cache, const std::vector<BatchItem>& items) {

@@ -82,7 +82,7 @@ struct BatchItem {
 };
 
 // Checks every item as place_tokens does, that no sequence comes twice, and that
-// the pool has the blocks for all of them together: kvscope::Error otherwise
+// the pool has the blocks for all of them together: kvscope::PoolExhausted otherwise
 // ("block pool exhausted: the batch ..."). Changes nothing.
 void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vector<BatchItem>& items);
 // check_batch, then places every item in order: one Placement per item.

@@ -1,4 +1,5 @@
-// kvscope::Error: the one exception type of the library.
+// kvscope::Error: the one exception type of the library (PoolExhausted, below, is
+// an Error too, for callers that want to tell a full pool from bad input).
 //
 // Every message names what was being read and what is wrong with it, on one
 // line, e.g. "tests/models/x/model.safetensors: header length 9000 exceeds file size 512".
@@ -13,6 +14,13 @@ namespace kvscope {
 
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// The block pool has no room for a step. The step was refused before anything
+// changed, so a caller that can free blocks may retry it; kvscope generate
+// catches it to say which flag would have made room.
+struct PoolExhausted : Error {
+  using Error::Error;
 };
 
 // Error("FILE: what") in one call.
