@@ -44,8 +44,13 @@ TEST(DeviceOption, GenerateOnCudaFailsClearlyWithoutAGpu) {
 
 TEST(DeviceOption, GenerateOnCpuStillWorks) {
   const ProgramRun r = run_kvscope("generate --device cpu --model " + test::tiny_model("tiny-tied") +
-                                   " --prompt hello -n 4 --temperature 0");
+                                   " --prompt hello -n 40 --temperature 0 --block-size 4");
   EXPECT_EQ(r.code, 0) << r.output;
+  // 3 prompt tokens (BOS first) + 40 new, less the last, which is never run: 42 in
+  // ceil(42 / 4) = 11 blocks. Without eviction the summary names no strategy.
+  EXPECT_NE(r.output.find("prompt: 3 tokens, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\ncache: no eviction, block size 4: 42 tokens cached in 11 blocks\n"), std::string::npos)
+      << r.output;
 }
 
 TEST(DeviceOption, ServeBenchOnCudaFailsClearlyWithoutAGpu) {

@@ -52,12 +52,18 @@ WeightFormat parse_weight_format(const std::string& s) {
   throw Error("--weights must be stored, f32 or bf16");
 }
 
-// What eviction did, in the numbers the project is about.
+// What eviction did, in the numbers the project is about. Without eviction
+// there is no strategy to name and nothing was evicted, freed or moved.
 void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
-  std::fprintf(stderr, "cache: %s, block size %d, %s", a.budget > 0 ? ("policy " + a.policy).c_str() : "no eviction",
-               a.block_size, strategy_name(parse_strategy(a.strategy)));
-  if (a.budget > 0) std::fprintf(stderr, ", budget %d (+%d slack), %d round%s", a.budget, a.slack, s.rounds, s.rounds == 1 ? "" : "s");
-  std::fprintf(stderr, "\n  tokens: %lld seen, %d live: %.1f%% evicted\n", (long long)s.tokens_seen, s.live,
+  if (a.budget == 0) {
+    std::fprintf(stderr, "cache: no eviction, block size %d: %lld tokens cached in %d block%s\n", a.block_size,
+                 (long long)s.tokens_seen, s.blocks_in_use, s.blocks_in_use == 1 ? "" : "s");
+    return;
+  }
+  std::fprintf(stderr, "cache: policy %s, block size %d, %s, budget %d (+%d slack), %d round%s\n", a.policy.c_str(),
+               a.block_size, strategy_name(parse_strategy(a.strategy)), a.budget, a.slack, s.rounds,
+               s.rounds == 1 ? "" : "s");
+  std::fprintf(stderr, "  tokens: %lld seen, %d live: %.1f%% evicted\n", (long long)s.tokens_seen, s.live,
                100 * s.evicted_fraction());
   std::fprintf(stderr, "  blocks: %d in use, a full cache needs %d: %.1f%% freed, %.2f MB reclaimed\n", s.blocks_in_use,
                s.blocks_full_cache, 100 * s.blocks_freed_fraction(), s.bytes_reclaimed() / 1e6);
