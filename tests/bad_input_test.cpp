@@ -212,6 +212,8 @@ TEST(BadInput, APoolLargerThanTheMachineIsRefusedByName) {
   char mb[32];
   std::snprintf(mb, sizeof mb, "%.0f", double(ram) * 1.01 / 1e6);
   expect_one_line_error(kTiny + "--prompt hi --kv-memory " + mb, "not enough memory for the paged K/V storage (");
+  // Refused before the prompt is echoed: stdout stays empty.
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi --kv-memory " + mb).out, "");
 }
 
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {

@@ -139,14 +139,20 @@ void run_generate(const GenerateArgs& a) {
   EventLog events;
   if (!a.trace.empty()) options.events = &events;
 
-  // Stream: the prompt as given, then each completed character as it arrives.
+  // Stream: the prompt as given once the pool is allocated, then each completed
+  // character as it arrives.
   StreamDecoder stream(tokenizer);
-  std::fputs(a.prompt.c_str(), stdout);
-  if (a.chat) std::fputc('\n', stdout);
-  std::fflush(stdout);
+  bool started = false;
+  options.on_ready = [&] {
+    std::fputs(a.prompt.c_str(), stdout);
+    if (a.chat) std::fputc('\n', stdout);
+    std::fflush(stdout);
+    started = true;
+  };
   // The streamed text ends its line, also when an error cuts it short (the error
   // then gets a line of its own, and no held-back bytes are lost).
   const auto end_the_text = [&] {
+    if (!started) return;
     std::fputs(stream.flush().c_str(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);

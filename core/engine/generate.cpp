@@ -29,6 +29,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
   if (config.num_blocks == 0) config.num_blocks = (total + config.block_size - 1) / config.block_size;
   Engine engine(model, config, options.events);
   const int seq = engine.add_sequence();
+  if (options.on_ready) options.on_ready();
   Sampler sampler(options.sampler);
   GenerateStats stats;
   stats.prompt_tokens = int(prompt.size());

@@ -21,6 +21,9 @@ struct GenerateOptions {
   // blocks for the whole sequence without eviction.
   EngineConfig engine;
   EventLog* events = nullptr;  // receives every cache event when set
+  // Called once the engine and its block pool exist, before the prefill: where
+  // kvscope generate prints the prompt, so a pool refused for its size shows none.
+  std::function<void()> on_ready;
 };
 
 struct GenerateStats {
