@@ -83,6 +83,22 @@ void check_args(const ServeBenchArgs& a) {
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);
+  // A pool too small for one request under some strategy: said before any run, with
+  // the way out (the scheduler would refuse the first request of that run).
+  const int context = a.prompt_len + a.output_len - 1;  // the last new token is never fed
+  for (const std::string& strategy : a.strategies) {
+    const bool evicts = strategy != "none";
+    const EvictionSchedule s = evicts ? EvictionSchedule{a.budget, a.slack, a.sinks, a.recent} : EvictionSchedule{};
+    const int need = blocks_a_request_needs(s, context, a.chunk, a.block_size);
+    if (need > a.blocks)
+      throw Error("--blocks " + std::to_string(a.blocks) + ": under strategy " + strategy + " one request needs " +
+                  std::to_string(need) + " blocks of " + std::to_string(a.block_size) + " at once (" +
+                  (evicts ? "up to budget + slack - 1 tokens between rounds, plus a prefill chunk): give --blocks " +
+                                std::to_string(need) + ", or lower --budget, --slack or --chunk"
+                          : "its whole context of " + std::to_string(context) +
+                                " tokens, with nothing evicted): give --blocks " + std::to_string(need) +
+                                ", or leave none out of --strategies"));
+  }
 }
 
 // Request i's prompt: `len` tokens of the text from offset i * len (wrapping), or

@@ -25,6 +25,10 @@ static int max_live(const EvictionSchedule& s, int context, int chunk) {
   return s.enabled() ? std::min(context, s.budget + s.slack - 1 + chunk) : context;
 }
 
+int blocks_a_request_needs(const EvictionSchedule& s, int context, int chunk, int block_size) {
+  return (max_live(s, context, chunk) + block_size - 1) / block_size;
+}
+
 int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {
   const ModelConfig& c = engine_.model().config;
   const std::string what = "request " + std::to_string(requests_.size()) + ": ";
@@ -37,7 +41,7 @@ int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {
   if (context > c.max_position_embeddings)
     throw Error(what + std::to_string(prompt.size()) + " prompt + " + std::to_string(max_new_tokens) +
                 " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
-  const int at_least = blocks_for(max_live(engine_.config().schedule, context, config_.chunk));
+  const int at_least = blocks_a_request_needs(engine_.config().schedule, context, config_.chunk, engine_.cache().block_size());
   if (at_least > engine_.cache().num_blocks())
     throw Error(what + std::to_string(prompt.size()) + " prompt + " + std::to_string(max_new_tokens) +
                 " new tokens need at least " + std::to_string(at_least) + " blocks of " +
@@ -117,11 +121,17 @@ bool Scheduler::step() {
     int64_t blocks = 0;
     for (const BatchItem& it : items) blocks += cache.blocks_needed(it.seq, int64_t(it.tokens.size()));
     if (blocks <= cache.pool().num_free()) break;
-    if (running_.size() == 1)
+    if (running_.size() == 1) {
+      const size_t n = items[0].tokens.size();
       throw Error("request " + std::to_string(running_[0]) + " alone needs " + std::to_string(blocks) +
-                  " more blocks for its next " + std::to_string(items[0].tokens.size()) + " tokens, and the pool of " +
+                  (blocks == 1 ? " more block" : " more blocks") + " for its next " +
+                  (n == 1 ? "token" : std::to_string(n) + " tokens") + ", and the pool of " +
                   std::to_string(cache.num_blocks()) + " blocks has " + std::to_string(cache.pool().num_free()) +
-                  " free with nothing left to preempt (memory strategy " + strategy_name(cache.strategy()) + ")");
+                  " free with nothing left to preempt (memory strategy " + strategy_name(cache.strategy()) +
+                  (cache.strategy() == MemoryStrategy::HolesOnly
+                       ? ": a block returns only when every slot in it is evicted; compact gives the emptied slots back)"
+                       : ")"));
+    }
     preempt(running_.back());
     items = batch();
   }

@@ -38,6 +38,13 @@ struct ServeConfig {
   int vocab_limit = 0;   // sample only ids below this; 0 = all logits
 };
 
+// The fewest blocks a request of `context` tokens (prompt + new, less the last,
+// which is never fed) must hold at once to run at all, alone in the pool: its
+// whole context with no eviction; with eviction, budget + slack - 1 tokens plus
+// one step's (a prefill chunk). submit() refuses a request that needs more than
+// the pool has.
+int blocks_a_request_needs(const EvictionSchedule& s, int context, int chunk, int block_size);
+
 struct Request {
   std::vector<int> prompt;
   int max_new_tokens = 0;
