@@ -15,6 +15,7 @@
 #include "run_kvscope.h"
 #include "test_paths.h"
 #include "util/error.h"
+#include "util/memory_check.h"
 
 namespace kvscope {
 namespace {
@@ -297,6 +298,22 @@ TEST(SimulateCommand, FlagsTheModeWouldNotUseAreRefused) {
   expect_one_line_error("simulate --slack 64", "--slack requires --budget");
   expect_one_line_error("simulate --mode one-shot --budget 2000 --slack 64",
                         "--slack is for streaming: a one-shot round does not use it");
+}
+
+// 2^30 tokens in one shot hold about 100 GB at the round (every token's slot,
+// position, score and selection): refused before anything is printed, where it
+// once ran for minutes until the kernel killed it.
+TEST(SimulateCommand, MoreTokensThanTheMemoryHoldsAreRefusedFirst) {
+  SimulationConfig c;
+  c.tokens = int64_t(1) << 30;
+  EXPECT_GT(simulation_peak_bytes(c), size_t(80) << 30);
+  c.streaming = true;
+  c.schedule = {1024, 128, 4, 32};
+  EXPECT_LT(simulation_peak_bytes(c), size_t(20) << 30);  // streaming keeps only the slot table and the draws
+  c.streaming = false;
+  if (simulation_peak_bytes(c) <= available_memory_bytes()) GTEST_SKIP() << "this machine can simulate 2^30 tokens";
+  expect_one_line_error("simulate --tokens 1073741824",
+                        "not enough memory for simulating 1073741824 tokens (one-shot): ");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "util/error.h"
+#include "util/memory_check.h"
 
 namespace kvscope {
 
@@ -111,6 +112,18 @@ void check_simulation_config(const SimulationConfig& c) {
   }
   const Workload probe(c.workload, 0, 0);  // throws on an unknown name
   make_sim_policy(c.policy, 0, probe);     // throws on a policy simulate cannot run
+  check_fits_in_memory(simulation_peak_bytes(c), "simulating " + std::to_string(c.tokens) + " tokens (" +
+                                                     (c.streaming ? "streaming" : "one-shot") + ")");
+}
+
+size_t simulation_peak_bytes(const SimulationConfig& c) {
+  // For every token: the cache's slot table (8 bytes) and the workload's draw (4);
+  // one-shot adds its one round over all of them: positions, scores, the selection,
+  // the evicted list and the compaction plan. Measured (/usr/bin/time, 20M tokens):
+  // 80 bytes a token one-shot, 13 streaming, and about 17 more a block of 1.
+  const size_t per_token = c.streaming ? 16 : 96, per_block = 24;
+  const size_t blocks = size_t((c.tokens + c.block_size - 1) / c.block_size);
+  return size_t(c.tokens) * per_token + blocks * per_block;  // not counted: recorded events (the app's small runs)
 }
 
 namespace {

@@ -118,8 +118,15 @@ struct SimulationResult {
 };
 
 // Throws kvscope::Error on a bad config: a policy that needs a model, an unknown
-// workload, a fraction outside [0, 1], a budget below sinks + recent, ...
+// workload, a fraction outside [0, 1], a budget below sinks + recent, more tokens
+// than this machine's memory can simulate, ...
 void check_simulation_config(const SimulationConfig& config);
+
+// About the most memory simulate() holds at once for this config, in bytes (a
+// bound from its allocations and a measurement, see the .cpp; recorded events
+// are not counted).
+// check_simulation_config refuses a config whose peak exceeds the available memory.
+size_t simulation_peak_bytes(const SimulationConfig& config);
 
 // Runs one simulation (checking the config first).
 SimulationResult simulate(const SimulationConfig& config);
