@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
+#include "cache/trace.h"
 #include "sim/synthetic.h"
 #include "util/error.h"
 #include "scenarios.h"
@@ -154,6 +156,55 @@ TEST(VizTimeline, CountersAtTheEndMatchSimulate) {
       EXPECT_EQ(k.bytes_reclaimed(), r.bytes_reclaimed());
     }
   }
+}
+
+// kvscope-viz --trace: a trace file written from a simulation shows the run it
+// recorded: the same counters at the end, bytes included (bytes_per_token from the
+// header), and the header's settings in the summary line.
+TEST(VizTrace, ATraceFileShowsTheRunItRecorded) {
+  SimulationConfig c;
+  c.tokens = 3000;
+  c.strategy = MemoryStrategy::Compact;
+  c.streaming = true;
+  c.schedule = {256, 64, 4, 32};
+  c.record_events = true;
+  const SimulationResult r = simulate(c);
+  const std::string path = testing::TempDir() + "viz_trace_test.trace";
+  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy,
+                     {{"source", "simulate"}, {"policy", "random"}, {"bytes_per_token", std::to_string(c.bytes_per_token)}}},
+              r.events);
+
+  const auto run = load_trace_run(path);
+  EXPECT_EQ(run->label, "compact");
+  EXPECT_EQ(run->policy, "random");
+  EXPECT_EQ(run->sequences, 1);
+  EXPECT_FALSE(run->served());
+  EXPECT_FALSE(run->has_scores());  // a trace holds none
+  EXPECT_EQ(trace_summary(*run), "kvscope simulate --trace: bytes_per_token=229376, policy=random, " +
+                                     std::to_string(r.events.size()) + " events");
+  Timeline t(run);
+  t.seek(t.size());
+  const Counters& k = t.counters();
+  EXPECT_EQ(k.written, r.tokens);
+  EXPECT_EQ(k.blocks_in_use, r.blocks_in_use);
+  EXPECT_EQ(k.peak_blocks, r.peak_blocks);
+  EXPECT_EQ(k.rounds, r.rounds);
+  EXPECT_EQ(k.bytes_moved(), r.bytes_moved());
+  EXPECT_EQ(k.bytes_reclaimed(), r.bytes_reclaimed());
+
+  // serve-bench's traces are served runs (sequences released as requests finish).
+  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, {{"source", "serve-bench"}}}, r.events);
+  EXPECT_TRUE(load_trace_run(path)->served());
+  EXPECT_EQ(load_trace_run(path)->bytes_per_token, 0);  // not in the header: memory shows as 0 B
+  // A header value that is not a byte count is refused by name.
+  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, {{"bytes_per_token", "lots"}}}, r.events);
+  try {
+    load_trace_run(path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": bytes_per_token=lots is not a byte count");
+  }
+  std::remove(path.c_str());
 }
 
 // The served runs' summary (every request is released at their end, so the

@@ -30,6 +30,22 @@ void App::load(const Scenario& s) {
   session->speed = s.speed;
 }
 
+void App::load_traces(const std::vector<std::string>& paths) {
+  if (paths.empty() || paths.size() > 2) throw Error("--trace: give one trace, or two to compare side by side");
+  Recorded r;
+  r.recording.settings = edit;  // a trace carries no settings: the controls keep theirs, and say so
+  r.recording.note = "a recorded trace: the settings below are not its own; Record runs them instead";
+  std::string names;
+  for (const std::string& path : paths) {
+    r.recording.runs.push_back(load_trace_run(path));
+    names += (names.empty() ? "" : " | ") + path.substr(path.find_last_of('/') + 1);
+  }
+  r.session = std::make_unique<Session>(r.recording.runs);
+  scenario = names;
+  summary = trace_summary(*r.recording.runs[0]);
+  adopt(std::move(r));
+}
+
 void App::load_async(const Scenario& s) {
   if (pending.valid()) return;
   edit = s.settings;

@@ -66,6 +66,9 @@ class App {
   // stays on screen until the new one is ready).
   void record_async();
   void load_async(const Scenario& scenario);
+  // Shows one or two recorded traces (kvscope ... --trace FILE), side by side.
+  // kvscope::Error naming the file if one cannot be read or replayed.
+  void load_traces(const std::vector<std::string>& paths);
 
   // One frame of the whole window: call between ImGui::NewFrame() and ImGui::Render().
   void frame(float dt);

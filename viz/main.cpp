@@ -1,6 +1,7 @@
 // kvscope-viz: the desktop app, and its headless screenshot mode.
 //
 //   kvscope-viz [--scenario NAME] [--model DIR]                  a window
+//   kvscope-viz --trace FILE[,FILE]                              a recorded run (kvscope ... --trace), or two side by side
 //   kvscope-viz --screenshot FILE.png --scenario NAME [--frames N] [--size WxH] [--at WHERE] [--play] [--verify]
 //   kvscope-viz --list-scenarios | --bench-frame | --help
 //
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "app.h"
 #include "format.h"
@@ -34,6 +36,7 @@ namespace {
 
 struct Args {
   std::string scenario;
+  std::vector<std::string> traces;  // recorded runs to show instead of a scenario
   bool list = false;
   std::string model;
   std::string calibration;
@@ -236,13 +239,17 @@ int run(const Args& a) {
   const ModelSource model = model_source(a);
   App app(model);
   app.screenshot = headless;
-  const Scenario& scenario = choose_scenario(a, model);
-  try {
-    app.load(scenario);
-  } catch (const Error& e) {
-    fail(std::string("scenario ") + scenario.name + ": " + e.what());
+  if (!a.traces.empty()) {
+    app.load_traces(a.traces);  // kvscope::Error naming the file
+  } else {
+    const Scenario& scenario = choose_scenario(a, model);
+    try {
+      app.load(scenario);
+    } catch (const Error& e) {
+      fail(std::string("scenario ") + scenario.name + ": " + e.what());
+    }
+    if (!app.recording.note.empty()) std::fprintf(stderr, "kvscope-viz: %s\n", app.recording.note.c_str());
   }
-  if (!app.recording.note.empty()) std::fprintf(stderr, "kvscope-viz: %s\n", app.recording.note.c_str());
 
   // Where the clock stands, and where the mouse points: checked before a display is opened.
   if (headless || !a.at.empty()) place(*app.session, a.play && a.at.empty() ? "start" : a.at);
@@ -258,7 +265,7 @@ int run(const Args& a) {
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
   glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
   if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
-  const std::string title = "kvscope-viz: " + scenario.name;
+  const std::string title = "kvscope-viz: " + app.scenario;
   GLFWwindow* window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
   const char* glsl = "#version 150";
   if (!window) {  // no 3.2 core profile: try whatever the driver gives
@@ -366,6 +373,11 @@ int main(int argc, char** argv) {
   cli.add_option("--scenario", a.scenario,
                  "A named preset (--list-scenarios); default h2o-model when a model is found, else blog-16k-random");
   cli.add_flag("--list-scenarios", a.list, "List the scenarios and exit");
+  cli.add_option("--trace", a.traces,
+                 "Show a recorded run instead of a scenario: a trace written by kvscope generate, simulate or "
+                 "serve-bench --trace; two (comma-separated) side by side, e.g. holes and compact")
+      ->delimiter(',')
+      ->excludes("--scenario");
   cli.add_option("--model", a.model,
                  "Model folder for the model scenarios (config.json, *.safetensors, tokenizer.json); "
                  "default assets/model when it exists; without one the model scenarios show a synthetic stand-in. "

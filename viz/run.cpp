@@ -2,8 +2,47 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+
+#include "util/error.h"
 
 namespace kvscope::viz {
+
+std::shared_ptr<const Run> load_trace_run(const std::string& path) {
+  Trace trace = read_trace(path);
+  auto run = std::make_shared<Run>();
+  run->label = strategy_name(trace.header.strategy);
+  run->header = std::move(trace.header);
+  run->events = std::move(trace.events);
+  const auto meta = [&](const char* key) {
+    const auto it = run->header.meta.find(key);
+    return it == run->header.meta.end() ? std::string() : it->second;
+  };
+  run->policy = meta("policy");
+  run->source = meta("source");
+  const std::string bytes = meta("bytes_per_token");
+  if (!bytes.empty()) {
+    char* end = nullptr;
+    const long long n = std::strtoll(bytes.c_str(), &end, 10);
+    if (*end != '\0' || n < 0) throw file_error(path, "bytes_per_token=" + bytes + " is not a byte count");
+    run->bytes_per_token = n;
+  }
+  int sequences = 0;
+  for (const Event& e : run->events) sequences = std::max(sequences, e.seq + 1);
+  run->sequences = std::max(sequences, 1);
+  return run;
+}
+
+std::string trace_summary(const Run& run) {
+  std::string out = "kvscope " + (run.source.empty() ? std::string("(unknown source)") : run.source) + " --trace:";
+  const char* sep = " ";
+  for (const auto& [key, value] : run.header.meta) {
+    if (key == "source") continue;
+    out += sep + key + "=" + value;
+    sep = ", ";
+  }
+  return out + sep + std::to_string(run.events.size()) + " events";
+}
 
 const std::string& Run::text(int seq, int64_t pos) const {
   static const std::string none;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,11 +46,24 @@ struct Run {
   std::vector<std::vector<std::string>> token_text;
 
   bool has_scores() const { return bool(importance) || !round_scores.empty(); }
-  // Requests served by the scheduler: sequences finish (or are preempted) and are released.
-  bool served() const { return header.meta.count("source") && header.meta.at("source") == "serve"; }
+  // Requests served by the scheduler: sequences finish (or are preempted) and are
+  // released. "serve": the app's own; "serve-bench": a trace kvscope serve-bench wrote.
+  bool served() const {
+    const auto it = header.meta.find("source");
+    return it != header.meta.end() && (it->second == "serve" || it->second == "serve-bench");
+  }
   // The token's text, or "" when the run has none.
   const std::string& text(int seq, int64_t pos) const;
 };
+
+// A trace file written by `kvscope generate`, `simulate` or `serve-bench --trace`,
+// as a run: its header and events (read_trace checks them; Session replays them).
+// A trace holds no scores and no token text, so the app shades nothing and shows
+// positions. bytes_per_token comes from the header's meta (0 when it has none).
+// Throws kvscope::Error naming the file.
+std::shared_ptr<const Run> load_trace_run(const std::string& path);
+// One line on what a trace-loaded run is: "kvscope simulate --trace: policy=random, tokens=16000, ..."
+std::string trace_summary(const Run& run);
 
 // The scores of a run as of a cursor (events applied), resolved once per frame
 // and then looked up per token. Synthetic: the workload's importance with `now`

@@ -183,7 +183,9 @@ void run_generate(const GenerateArgs& a) {
   if (!a.trace.empty()) {
     TraceHeader header{a.block_size, options.engine.num_blocks, options.engine.strategy,
                        {{"source", "generate"}, {"model", a.model_dir}, {"policy", a.budget > 0 ? a.policy : "none"},
-                        {"budget", std::to_string(a.budget)}, {"slack", std::to_string(a.slack)}}};
+                        {"budget", std::to_string(a.budget)}, {"slack", std::to_string(a.slack)},
+                        {"bytes_per_token",
+                         std::to_string(KvStorage::bytes_per_block(model.config, a.block_size) / size_t(a.block_size))}}};
     write_trace(a.trace, header, events);
     std::fprintf(stderr, "trace: %zu events written to %s\n", events.size(), a.trace.c_str());
   }

@@ -253,7 +253,8 @@ void run_serve_bench(const ServeBenchArgs& a) {
     const TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
                              {{"source", "serve-bench"}, {"model", a.model_dir}, {"policy", last == "none" ? "none" : a.policy},
                               {"budget", std::to_string(last == "none" ? 0 : a.budget)},
-                              {"requests", std::to_string(a.requests)}}};
+                              {"requests", std::to_string(a.requests)},
+                              {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
     write_trace(a.trace, header, events);
     std::printf("trace: %zu events of the %s run written to %s\n", events.size(), last.c_str(), a.trace.c_str());
   }
