@@ -12,11 +12,6 @@ Scheduler::Scheduler(Engine& engine, const ServeConfig& config) : engine_(engine
   if (config_.chunk < 1) throw Error("scheduler: the prefill chunk must be >= 1 token, got " + std::to_string(config_.chunk));
 }
 
-int Scheduler::blocks_for(int tokens) const {
-  const int bs = engine_.cache().block_size();
-  return (tokens + bs - 1) / bs;
-}
-
 // The most tokens a sequence of `context` tokens holds at once: all but the last
 // (sampled, never fed) with no eviction; with eviction, a round prunes it to the
 // budget as soon as it reaches budget + slack, so at most budget + slack - 1 plus
@@ -65,7 +60,8 @@ void Scheduler::admit() {
       running_need += cache.blocks_needed(q.seq, 1);
     }
     Request& r = requests_[waiting_.front()];
-    const int need = std::max(r.need, blocks_for(max_live(engine_.config().schedule, r.context(), config_.chunk)));
+    const int need =
+        std::max(r.need, blocks_a_request_needs(engine_.config().schedule, r.context(), config_.chunk, cache.block_size()));
     if (!running_.empty() && cache.pool().num_free() - running_need < need) return;
     r.seq = engine_.add_sequence();
     r.seqs.push_back(r.seq);

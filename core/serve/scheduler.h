@@ -96,7 +96,6 @@ class Scheduler {
   const ServeStats& stats() const { return stats_; }
 
  private:
-  int blocks_for(int tokens) const;  // blocks that many tokens fill, with no eviction
   void admit();
   void preempt(int id);
   void finish(int id);
