@@ -130,7 +130,7 @@ void validate(const Model& model, const std::vector<std::vector<int>>& windows, 
       throw Error("eval: window " + std::to_string(w) + " has " + std::to_string(windows[w].size()) +
                   " tokens; context " + std::to_string(s.context) + " needs " + std::to_string(s.context + 1));
   for (double k : s.keep)
-    if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be between 0 and 1 (got " + std::to_string(k) + ")");
+    if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be between 0 and 1 (got " + number_text(k) + ")");
 }
 
 }  // namespace
@@ -142,7 +142,11 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
   std::vector<EvictionSchedule> schedules;
   for (double k : s.keep) {
     EvictionSchedule schedule{int(std::lround(k * s.context)), s.slack, s.sinks, s.recent};
-    schedule.validate();   // a budget below sinks + recent is an error, with the numbers
+    if (schedule.budget < s.sinks + s.recent)  // the budget is the user's only through --keep and --context
+      throw Error("eval: keeping " + number_text(k) + " of a " + std::to_string(s.context) + "-token context is " +
+                  std::to_string(schedule.budget) + " tokens, fewer than the protected " + std::to_string(s.sinks) +
+                  " sinks + " + std::to_string(s.recent) + " recent: raise --keep or --context, or lower --sinks and --recent");
+    schedule.validate();
     schedules.push_back(schedule);
   }
   std::vector<PolicyFactory> factories(n_policies);   // the oracle's is made per window
