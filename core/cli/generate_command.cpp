@@ -236,7 +236,7 @@ void add_generate_command(CLI::App& app) {
   for (CLI::Option* o : eviction_flags) o->needs(budget);
   cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
       ->capture_default_str();
-  cmd->add_option("--trace", args->trace, "Record every cache event of the run to this file (replayable)");
+  cmd->add_option("--trace", args->trace, "Record every cache event of the run to this file; kvscope-viz --trace FILE shows it");
   cmd->callback([args, eviction_flags] {
     for (const CLI::Option* o : eviction_flags)
       if (args->budget == 0 && o->count() > 0)

@@ -100,7 +100,7 @@ void check_simulation_config(const SimulationConfig& c) {
     throw Error("block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
                 std::to_string(c.block_size));
   if (!(c.evict_fraction >= 0 && c.evict_fraction <= 1))
-    throw Error("simulate: the evicted fraction must be in [0, 1], got " + std::to_string(c.evict_fraction).substr(0, 8));
+    throw Error("simulate: the evicted fraction must be in [0, 1], got " + number_text(c.evict_fraction));
   if (c.bytes_per_token < 1) throw Error("simulate: bytes per token must be >= 1");
   if (c.streaming && !c.schedule.enabled()) throw Error("simulate: streaming mode needs a budget > 0");
   c.schedule.validate();
