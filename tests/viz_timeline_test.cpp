@@ -124,6 +124,21 @@ TEST(VizTimeline, RoundAndMoveStepsLandOnTheirEvents) {
   EXPECT_EQ(t.event(t.next(Unit::Token, 5) - 1).kind, EventKind::SlotWritten);
 }
 
+// The counters at the end of a recorded run against simulate()'s own result.
+void expect_counters_match(const Counters& k, const SimulationResult& r) {
+  EXPECT_EQ(k.written, r.tokens);
+  EXPECT_EQ(k.live(), r.live);
+  EXPECT_EQ(k.blocks_in_use, r.blocks_in_use);
+  EXPECT_EQ(k.full_cache_blocks, r.blocks_full_cache);
+  EXPECT_EQ(k.peak_blocks, r.peak_blocks);
+  EXPECT_EQ(k.rounds, r.rounds);
+  EXPECT_EQ(k.moved, r.moves);
+  EXPECT_DOUBLE_EQ(k.evicted_fraction(), r.evicted_fraction());
+  EXPECT_DOUBLE_EQ(k.blocks_freed_fraction(), r.blocks_freed_fraction());
+  EXPECT_EQ(k.bytes_moved(), r.bytes_moved());
+  EXPECT_EQ(k.bytes_reclaimed(), r.bytes_reclaimed());
+}
+
 TEST(VizTimeline, CountersAtTheEndMatchSimulate) {
   for (const RunSettings& s : {small_one_shot(), small_streaming(), small_streaming("importance", "sinks-recency")}) {
     const Recording rec = record(s, {});
@@ -142,18 +157,7 @@ TEST(VizTimeline, CountersAtTheEndMatchSimulate) {
       const SimulationResult r = simulate(c);
       Timeline t(run);
       t.seek(t.size());
-      const Counters& k = t.counters();
-      EXPECT_EQ(k.written, r.tokens);
-      EXPECT_EQ(k.live(), r.live);
-      EXPECT_EQ(k.blocks_in_use, r.blocks_in_use);
-      EXPECT_EQ(k.full_cache_blocks, r.blocks_full_cache);
-      EXPECT_EQ(k.peak_blocks, r.peak_blocks);
-      EXPECT_EQ(k.rounds, r.rounds);
-      EXPECT_EQ(k.moved, r.moves);
-      EXPECT_DOUBLE_EQ(k.evicted_fraction(), r.evicted_fraction());
-      EXPECT_DOUBLE_EQ(k.blocks_freed_fraction(), r.blocks_freed_fraction());
-      EXPECT_EQ(k.bytes_moved(), r.bytes_moved());
-      EXPECT_EQ(k.bytes_reclaimed(), r.bytes_reclaimed());
+      expect_counters_match(t.counters(), r);
     }
   }
 }
@@ -184,13 +188,7 @@ TEST(VizTrace, ATraceFileShowsTheRunItRecorded) {
                                      std::to_string(r.events.size()) + " events");
   Timeline t(run);
   t.seek(t.size());
-  const Counters& k = t.counters();
-  EXPECT_EQ(k.written, r.tokens);
-  EXPECT_EQ(k.blocks_in_use, r.blocks_in_use);
-  EXPECT_EQ(k.peak_blocks, r.peak_blocks);
-  EXPECT_EQ(k.rounds, r.rounds);
-  EXPECT_EQ(k.bytes_moved(), r.bytes_moved());
-  EXPECT_EQ(k.bytes_reclaimed(), r.bytes_reclaimed());
+  expect_counters_match(t.counters(), r);
 
   // serve-bench's traces are served runs (sequences released as requests finish).
   write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, {{"source", "serve-bench"}}}, r.events);
