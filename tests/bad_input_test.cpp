@@ -180,6 +180,21 @@ TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   std::remove(text.c_str());
 }
 
+TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {
+  // `--windows 1000` on the bundled held-out text used to print "19 windows" with no
+  // word that fewer were averaged than asked for.
+  const char* expected = "(--windows 1000 asked for more: only 19 documents of the text are long enough)";
+  const ProgramRun heads = run_kvscope("heads --windows 1000 --length 128 --from 64");
+  EXPECT_EQ(heads.code, 0) << heads.err;
+  EXPECT_NE(heads.out.find("19 windows of 128 tokens"), std::string::npos) << heads.out;
+  EXPECT_NE(heads.out.find(expected), std::string::npos) << heads.out;
+  const ProgramRun eval =
+      run_kvscope("eval --windows 1000 --context 128 --continuation 4 --policies streaming --keep 0.5");
+  EXPECT_EQ(eval.code, 0) << eval.err;
+  EXPECT_NE(eval.out.find(expected), std::string::npos) << eval.out;
+  EXPECT_EQ(run_kvscope("heads --windows 4 --length 128 --from 64").out.find("asked for more"), std::string::npos);
+}
+
 // A pool larger than the machine's memory is refused by name before any of it is
 // allocated: it used to end as "out of memory", or, in the range the kernel overcommits,
 // with the process killed while the slots were zero-filled. The check is against the

@@ -88,6 +88,9 @@ void run_eval(EvalArgs a) {
   std::printf("%d windows of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; "
               "greedy match over %d tokens\n",
               report.windows, s.context, s.scored_from < 0 ? s.context / 2 : s.scored_from, s.continuation);
+  if (a.windows > report.windows)
+    std::printf("(--windows %d asked for more: only %d documents of the text are long enough)\n", a.windows,
+                report.windows);
   std::printf("block size %d, rounds at budget + %d, sinks %d, recent %d\n\n", s.block_size, s.slack, s.sinks,
               s.recent);
   std::fputs(markdown_table(report).c_str(), stdout);

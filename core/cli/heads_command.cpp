@@ -56,8 +56,12 @@ void run_heads(const HeadsArgs& a) {
 
   const ModelConfig& c = model.config;
   std::printf("kvscope heads: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
-  std::printf("%zu windows of %d tokens; queries at positions %d..%d, one at a time, full cache\n\n", windows.size(),
+  std::printf("%zu windows of %d tokens; queries at positions %d..%d, one at a time, full cache\n", windows.size(),
               a.length, s.from, a.length - 1);
+  if (int(windows.size()) < a.windows)
+    std::printf("(--windows %d asked for more: only %zu documents of the text are long enough)\n", a.windows,
+                windows.size());
+  std::printf("\n");
   std::printf("| layer | head | sink (first %d) | local (newest %d) | heavy (top 10%% of the rest) | role |\n",
               s.sinks, s.recent);
   std::printf("|---:|---:|---:|---:|---:|---|\n");
@@ -89,7 +93,7 @@ void add_heads_command(CLI::App& app) {
   cmd->add_option("--text", args->text, "Held-out text; documents separated by <|endoftext|>")->capture_default_str();
   cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
   cmd->add_option("--from", s.from, "First query position measured")->capture_default_str();
-  cmd->add_option("--windows", args->windows, "Windows (documents) to average over")->capture_default_str();
+  cmd->add_option("--windows", args->windows, "At most N windows (one per document) to average over")->capture_default_str();
   cmd->add_option("--sinks", s.sinks, "How many first tokens count as sinks")
       ->capture_default_str()
       ->check(kNonNegative);
