@@ -236,6 +236,25 @@ TEST(BadInput, APoolLargerThanTheMachineIsRefusedByName) {
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi --kv-memory " + mb).out, "");
 }
 
+TEST(BadInput, BenchmarksTooBigForTheMachineAreRefusedBeforeTheTable) {
+  // These printed a table header, and bench decode built a model and measured the
+  // bandwidth, before the first row failed to allocate or passed the model's positions.
+  const std::string big = "1000000000";  // tokens: far more than any machine holds (224 KiB each)
+  for (const std::string& args :
+       {"bench compaction --tokens " + big, "bench attention --contexts 1024," + big, "bench decode --prompt-tokens " + big}) {
+    const ProgramRun r = run_kvscope(args);
+    EXPECT_EQ(r.out, "") << args << ": the table was begun";
+  }
+  expect_one_line_error("bench compaction --tokens " + big, "not enough memory for bench compaction of " + big +
+                                                                " tokens (the K/V storage, and memcpy's two buffers): ");
+  expect_one_line_error("bench attention --contexts 1024," + big,
+                        "not enough memory for bench attention at a context of " + big + " tokens (256 queries; ");
+  expect_one_line_error("bench decode --prompt-tokens 40961",
+                        "bench decode: 40961 tokens (--prompt-tokens, or 16 + --decode-tokens) exceed the model's "
+                        "max_position_embeddings (40960)");
+  expect_one_line_error("bench decode --decode-tokens 40945", "bench decode: 40961 tokens");
+}
+
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   // tiny-tied: 2 layers x 16 slots x 64 K and 64 V floats = 16384 bytes a block.
   const ModelConfig c = load_config(test::tiny_model("tiny-tied"));

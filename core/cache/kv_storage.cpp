@@ -26,8 +26,9 @@ size_t KvStorage::apply(const std::vector<Move>& plan) {
 }
 
 std::string KvStorage::describe(const ModelConfig& c, int num_blocks, int block_size) {
-  return "the paged K/V storage (" + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
-         " tokens; K and V of " + std::to_string(c.num_layers) + " layers, f32)";
+  return "the paged K/V storage (" + std::to_string(num_blocks) + (num_blocks == 1 ? " block" : " blocks") + " of " +
+         std::to_string(block_size) + " tokens; K and V of " + std::to_string(c.num_layers) +
+         (c.num_layers == 1 ? " layer" : " layers") + ", f32)";
 }
 
 size_t KvStorage::bytes_per_block(const ModelConfig& c, int block_size) {

@@ -20,6 +20,7 @@
 #include "model/attention.h"
 #include "model/config.h"
 #include "util/max_abs_diff.h"
+#include "util/memory_check.h"
 #include "util/splitmix64.h"
 
 namespace kvscope::cli {
@@ -52,13 +53,25 @@ Timing measure(int repeats, Fn&& fn) {
   return t;
 }
 
+// The longest context's K/V storage plus what eager attention holds per thread
+// (a copy of one KV head's K and V, Q, P = softmax(Q K^T) and the output), in bytes.
+void check_fits_longest_context(const ModelConfig& c, const AttentionBenchArgs& a, int block_size) {
+  const size_t n = size_t(*std::max_element(a.contexts.begin(), a.contexts.end()));
+  const size_t T = std::min(size_t(a.queries), n), hd = size_t(c.head_dim);
+  const size_t storage = KvStorage::bytes_per_block(c, block_size) * ((n + block_size - 1) / block_size);
+  const size_t eager = size_t(omp_get_max_threads()) * (2 * n * hd + T * n + 2 * T * hd) * sizeof(float);
+  check_fits_in_memory(storage + eager, "bench attention at a context of " + std::to_string(n) + " tokens (" +
+                                            std::to_string(T) + " queries; its K/V and eager's scores)");
+}
+
 void run_attention_bench(const AttentionBenchArgs& a) {
   ModelConfig c = load_config_file(a.config);
   c.num_layers = 1;  // one layer is enough: attention is per layer
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
   const int block_size = 16;
+  check_fits_longest_context(c, a, block_size);  // before the table, not half-way down it
   std::printf("kvscope bench attention: one attention layer of %s (%d query heads, %d KV heads, head_dim %d), f32\n",
-              a.config.c_str(), c.num_heads, c.num_kv_heads, c.head_dim);
+              shown_path(a.config).c_str(), c.num_heads, c.num_kv_heads, c.head_dim);
   std::printf("machine: %s, %d threads\n\n", cpu_name().c_str(), omp_get_max_threads());
   std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max |flash - eager| |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");

@@ -7,6 +7,7 @@
 // number of bytes, the best a copy can do on this machine.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "evict/random.h"
+#include "util/memory_check.h"
 
 namespace kvscope::cli {
 
@@ -31,10 +33,22 @@ struct CompactionBenchArgs {
   int repeats = 3;
 };
 
+// The K/V storage at the largest block size, plus memcpy's source and destination
+// (at most every token a survivor), in bytes.
+void check_fits(const ModelConfig& c, const CompactionBenchArgs& a) {
+  size_t storage = 0;
+  for (int bs : a.block_sizes)
+    storage = std::max(storage, KvStorage::bytes_per_block(c, bs) * ((size_t(a.tokens) + bs - 1) / bs));
+  const size_t copies = 2 * KvStorage::bytes_per_block(c, 1) * size_t(a.tokens);
+  check_fits_in_memory(storage + copies, "bench compaction of " + std::to_string(a.tokens) +
+                                             " tokens (the K/V storage, and memcpy's two buffers)");
+}
+
 void run_compaction_bench(const CompactionBenchArgs& a) {
   const ModelConfig c = load_config_file(a.config);
-  std::printf("kvscope bench compaction: %d tokens of a %s-shaped cache (%d layers, kv_dim %d, f32: %.0f KiB per token)\n",
-              a.tokens, a.config.c_str(), c.num_layers, c.kv_dim(), 2.0 * c.num_layers * c.kv_dim() * 4 / 1024);
+  check_fits(c, a);  // before the table, not half-way down it
+  std::printf("kvscope bench compaction: %d token%s in a cache shaped like %s (%d layers, kv_dim %d, f32: %.0f KiB per token)\n",
+              a.tokens, a.tokens == 1 ? "" : "s", shown_path(a.config).c_str(), c.num_layers, c.kv_dim(), 2.0 * c.num_layers * c.kv_dim() * 4 / 1024);
   std::printf("machine: %s\n\n", cpu_name().c_str());
   std::printf("| block size | evicted | moves | bytes moved | compaction | GB/s | memcpy of the same bytes | GB/s | compaction / memcpy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

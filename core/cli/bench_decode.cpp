@@ -46,6 +46,12 @@ struct Row {
 void run_bench(const BenchArgs& a) {
   const ModelConfig config = load_config_file(a.config);
   if (a.prompt_tokens < 1 || a.decode_tokens < 1) throw Error("--prompt-tokens and --decode-tokens must be >= 1");
+  const int decode_context = 16;  // decode starts after a short prompt (below)
+  const int longest = std::max(a.prompt_tokens, decode_context + a.decode_tokens);
+  if (longest > config.max_position_embeddings)
+    throw Error("bench decode: " + std::to_string(longest) + " tokens (--prompt-tokens, or 16 + --decode-tokens) " +
+                "exceed the model's max_position_embeddings (" + std::to_string(config.max_position_embeddings) +
+                ")");
   // The probe's array: at least 1 MB, at most half of the memory (the model needs the rest).
   const double ram_gib = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / double(1u << 30);
   if (!(a.bandwidth_gib >= 0.001 && a.bandwidth_gib <= ram_gib / 2)) {
@@ -56,7 +62,7 @@ void run_bench(const BenchArgs& a) {
     throw Error(message);
   }
 
-  std::printf("kvscope bench: %s (%.2fB parameters), random weights\n", a.config.c_str(),
+  std::printf("kvscope bench: %s (%.2fB parameters), random weights\n", shown_path(a.config).c_str(),
               double(config.parameter_count()) / 1e9);
   std::printf("machine: %s, %d hardware threads\n", cpu_name().c_str(), omp_get_num_procs());
 
@@ -76,8 +82,8 @@ void run_bench(const BenchArgs& a) {
                   a.threads[i], a.threads[i - 1]);
 
   // 2. Prefill and decode for each weight format and thread count.
-  // Decode starts after a short prompt, so the weights dominate the bytes read, not the K/V cache:
-  const int decode_context = 16;
+  // Decode starts after a short prompt (decode_context), so the weights dominate the bytes
+  // read, not the K/V cache:
   // bytes of K/V one decode step reads at the mean context (f32 keys and values, all layers)
   const double kv_bytes = 2.0 * config.num_layers * config.kv_dim() * 4 * (decode_context + a.decode_tokens / 2.0);
   std::vector<Row> rows;

@@ -71,7 +71,7 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
   const int block_size = 16, kv_dim = c.kv_dim();
   std::printf("kvscope bench gpu-attention: one attention layer of %s (%d query heads, %d KV heads, head_dim %d), "
-              "f32 K/V, block size %d\n", a.config.c_str(), c.num_heads, c.num_kv_heads, c.head_dim, block_size);
+              "f32 K/V, block size %d\n", shown_path(a.config).c_str(), c.num_heads, c.num_kv_heads, c.head_dim, block_size);
   print_gpu_machine(gpu);
 
   // Random K/V for the longest context, shared by every row; random queries.

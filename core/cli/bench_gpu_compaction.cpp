@@ -38,8 +38,8 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-compaction");
   const ModelConfig c = load_config_file(a.config);
   const int bs = a.block_size;
-  std::printf("kvscope bench gpu-compaction: a %s-shaped cache (%d layers, kv_dim %d, f32: %.0f KiB per token), "
-              "block size %d\n", a.config.c_str(), c.num_layers, c.kv_dim(), 2.0 * c.num_layers * c.kv_dim() * 4 / 1024, bs);
+  std::printf("kvscope bench gpu-compaction: a cache shaped like %s (%d layers, kv_dim %d, f32: %.0f KiB per token), "
+              "block size %d\n", shown_path(a.config).c_str(), c.num_layers, c.kv_dim(), 2.0 * c.num_layers * c.kv_dim() * 4 / 1024, bs);
   print_gpu_machine(gpu);
   std::printf("\n| tokens | evicted | moves | bytes moved | compaction | GB/s | cudaMemcpy D2D of the same bytes | GB/s | compaction / memcpy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

@@ -100,7 +100,7 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
   const ModelConfig config = load_config_file(a.config);
   const double params = double(config.parameter_count());
   std::printf("kvscope bench gpu-decode: %s (%.2f%s parameters), random weights, through the engine on --device cuda\n",
-              a.config.c_str(), params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
+              shown_path(a.config).c_str(), params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
   print_gpu_machine(gpu);
   std::printf("\n| weights | sequences | prefill tok/s (%d-token prompts) | decode tok/s (all sequences) | GB read per step "
               "| bandwidth limit tok/s | decode / limit |\n",

@@ -84,7 +84,7 @@ void run_memory(const MemoryArgs& a) {
   const MemoryBudget& b = a.budget;
   const KvFit fit = fit_kv_cache(c, b);
 
-  std::printf("kvscope memory: %s\n", a.config.c_str());
+  std::printf("kvscope memory: %s\n", shown_path(a.config).c_str());
   std::printf("  %d layers, %d query heads, %d KV heads, head_dim %d, hidden %d, vocab %d, %s embeddings\n\n",
               c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.hidden_size, c.vocab_size,
               c.tie_word_embeddings ? "tied" : "untied");
