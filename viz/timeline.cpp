@@ -124,6 +124,15 @@ size_t Timeline::prev(Unit unit, size_t from) const {
   return it == list->begin() ? 0 : *(it - 1) + 1;
 }
 
+bool Timeline::same_logical_events(const Timeline& other) const {
+  if (logical_.size() != other.logical_.size()) return false;
+  for (size_t i = 0; i < logical_.size(); ++i) {
+    const Event &a = event(logical_[i]), &b = other.event(other.logical_[i]);
+    if (a.kind != b.kind || a.seq != b.seq || a.pos != b.pos) return false;
+  }
+  return true;
+}
+
 size_t Timeline::logical_count(size_t cursor) const {
   return size_t(std::lower_bound(logical_.begin(), logical_.end(), cursor) - logical_.begin());
 }
@@ -201,6 +210,7 @@ Session::Session(std::vector<std::shared_ptr<const Run>> runs) {
   size_t most = 0;
   for (int i = 0; i < views(); ++i)
     if (views_[size_t(i)].moves() > most) most = views_[size_t(i)].moves(), primary_ = i;
+  for (const Timeline& v : views_) same_schedule_ = same_schedule_ && v.same_logical_events(primary_view());
   flash_.assign(views_.size(), 0);
   build_history();
   seek(0);
@@ -212,12 +222,6 @@ std::vector<size_t> Session::cursors() const {
   return c;
 }
 
-// Told by the count of logical events, which one schedule shares under every strategy.
-bool Session::same_schedule() const {
-  for (const Timeline& v : views_)
-    if (v.logical_size() != primary_view().logical_size()) return false;
-  return true;
-}
 
 // The other views go to the same moment. One schedule under two memory strategies
 // writes and evicts the same tokens, so the same count of logical events is the

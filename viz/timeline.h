@@ -72,6 +72,8 @@ class Timeline {
   size_t logical_count(size_t cursor) const;   // logical events among the first `cursor`
   size_t cursor_for_logical(size_t n) const;   // just before the (n+1)-th logical event
   size_t logical_size() const { return logical_.size(); }
+  // Whether `other` has the same logical events: kind, sequence and position, one by one.
+  bool same_logical_events(const Timeline& other) const;
   // Tokens written (SlotWritten events): among the first `cursor`, in the whole run,
   // and the cursor just before the (n+1)-th of them (size() when there is none).
   size_t write_count(size_t cursor) const;
@@ -159,7 +161,7 @@ class Session {
   // Whether the runs are one schedule under different strategies (the same tokens
   // written and evicted), as every synthetic and single-sequence model run is; served
   // requests are scheduled by each strategy its own way, and differ.
-  bool same_schedule() const;
+  bool same_schedule() const { return same_schedule_; }
 
   // The clock: the primary's cursor.
   size_t cursor() const { return primary_view().cursor(); }
@@ -208,6 +210,7 @@ class Session {
 
   std::vector<Timeline> views_;
   int primary_ = 0;
+  bool same_schedule_ = true;  // see same_schedule(); told once, when the runs load
   Slide slide_;
   double pause_left_ = 0;
   size_t paused_before_ = SIZE_MAX;  // the batch whose pause is done
