@@ -382,6 +382,11 @@ TEST(ServeBench, BadInputIsAClearError) {
             "kvscope: error: --blocks 9: under strategy holes one request needs 10 blocks of 16 at once (up to budget "
             "+ slack - 1 tokens between rounds, plus a prefill chunk): give --blocks 10, or lower --budget, --slack or "
             "--chunk\n");
+  // A request longer than the model's positions is said first: no pool would help it.
+  // (It was a pool refusal, "give --blocks 3141", and with those blocks this message.)
+  EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 50000").output,
+            "kvscope: error: --prompt-len 50000 + --output-len 256 exceed the model's max_position_embeddings "
+            "(2048)\n");
 }
 
 // Options that the run would not use are refused, not dropped: --text and --model

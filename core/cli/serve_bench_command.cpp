@@ -83,13 +83,20 @@ void check_args(const ServeBenchArgs& a) {
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);
-  // A pool too small for one request under some strategy: said before any run, with
-  // the way out (the scheduler would refuse the first request of that run).
-  const int context = a.prompt_len + a.output_len - 1;  // the last new token is never fed
+}
+
+// One request, against the model's positions and the pool, under every strategy:
+// said before the model loads or any run starts, with the way out (the scheduler
+// would refuse the first request of that run).
+void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) {
+  const int64_t context = int64_t(a.prompt_len) + a.output_len - 1;  // the last new token is never fed
+  if (context > max_position_embeddings)
+    throw Error("--prompt-len " + std::to_string(a.prompt_len) + " + --output-len " + std::to_string(a.output_len) +
+                " exceed the model's max_position_embeddings (" + std::to_string(max_position_embeddings) + ")");
   for (const std::string& strategy : a.strategies) {
     const bool evicts = strategy != "none";
     const EvictionSchedule s = evicts ? EvictionSchedule{a.budget, a.slack, a.sinks, a.recent} : EvictionSchedule{};
-    const int need = blocks_a_request_needs(s, context, a.chunk, a.block_size);
+    const int need = blocks_a_request_needs(s, int(context), a.chunk, a.block_size);
     if (need > a.blocks)
       throw Error("--blocks " + std::to_string(a.blocks) + ": under strategy " + strategy + " one request needs " +
                   std::to_string(need) + " blocks of " + std::to_string(a.block_size) + " at once (" +
@@ -154,6 +161,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   const bool random = !a.config.empty();
   if (!random && a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
   const Model model = [&] {
     if (!random) return load_model(a.model_dir);
     ModelConfig shape = load_config_file(a.config);
