@@ -193,8 +193,17 @@ void counters(App& app) {
   row(s, "rounds", "RoundEnd events", [](C c) { return count(c.rounds); });
   ImGui::EndTable();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  ImGui::TextWrapped("%s per token (K and V, all layers)%s", bytes(double(s.view(0).run().bytes_per_token)).c_str(),
-                     s.view(0).run().source == "synthetic" ? ": Qwen3-0.6B in f32" : "");
+  // What a slot costs: one figure, or one per run when two traces of different models are shown.
+  auto per_token = [](const Run& r) {
+    return bytes(double(r.bytes_per_token)) + (r.source == "synthetic" ? " (Qwen3-0.6B in f32)" : "");
+  };
+  const bool one_cost = s.views() == 1 || per_token(s.view(0).run()) == per_token(s.view(1).run());
+  if (one_cost)
+    ImGui::TextWrapped("%s per token (K and V, all layers)", per_token(s.view(0).run()).c_str());
+  else
+    ImGui::TextWrapped("per token (K and V, all layers): %s %s, %s %s", s.view(0).run().label.c_str(),
+                       per_token(s.view(0).run()).c_str(), s.view(1).run().label.c_str(),
+                       per_token(s.view(1).run()).c_str());
   ImGui::PopStyleColor();
 }
 

@@ -182,6 +182,10 @@ void draw_sequence(App& app, ImVec2 size) {
     ImGui::Text("%s written, %s kept, %s evicted, %s released with their requests (each strategy schedules "
                 "the requests differently)",
                 count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str(), count(c.released).c_str());
+  else if (!s.same_schedule())  // two traces of different runs (kvscope-viz --trace A,B)
+    ImGui::Text("%s written, %s kept, %s evicted (the run on the %s; the other wrote or evicted other tokens)",
+                count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str(),
+                s.primary() == 0 ? "left" : "right");
   else
     ImGui::Text("%s written, %s kept, %s evicted (the policy's choice, the same under every strategy)",
                 count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str());
