@@ -67,7 +67,7 @@ void polyline(ImDrawList* dl, const Frame& f, const std::vector<Sample>& h, cons
   }
 }
 
-// The chart's key, in a box at the plot's top left: a line sample, a label, the value at the cursor.
+// The chart's key, in a box in a corner of the plot: a line sample, a label, the value at the cursor.
 struct Key {
   std::string label;
   std::string value;
@@ -75,15 +75,80 @@ struct Key {
   bool dashed;
 };
 
-void key_box(ImDrawList* dl, ImVec2 at, const std::vector<Key>& keys) {
+// A line drawn on a chart: its frame (the memory chart has two y axes) and its values.
+struct Line {
+  const Frame* frame;
+  std::function<double(const Sample&)> y;
+};
+
+// The key's size. Its value column is at least as wide as "888.8 MB", so the box
+// keeps its size while the values change under playback.
+ImVec2 key_size(const std::vector<Key>& keys) {
   const float line_h = ImGui::GetTextLineHeight() + 2;
-  float label_w = 0, value_w = 0;
+  float label_w = 0, value_w = ImGui::CalcTextSize("888.8 MB").x;
   for (const Key& k : keys) {
     label_w = std::max(label_w, ImGui::CalcTextSize(k.label.c_str()).x);
     value_w = std::max(value_w, ImGui::CalcTextSize(k.value.c_str()).x);
   }
-  const float w = 8 + 22 + 6 + label_w + 12 + value_w + 8;
-  dl->AddRectFilled(at, {at.x + w, at.y + 6 + line_h * float(keys.size())}, palette::alpha(palette::kBackground, 0.85f), 3.0f);
+  return {8 + 22 + 6 + label_w + 12 + value_w + 8, 6 + line_h * float(keys.size())};
+}
+
+// Where the key goes: the corner of the plot where it hides the least of the lines,
+// measured in pixels of line under the box (a steep drop is few samples but a long
+// line). Top left unless another corner hides less than half as much. Measured over
+// the whole run, so it stays put while the run plays; measured again only when the
+// run, the plot or the key's size changes (`last`: one per chart).
+struct KeyPlace {
+  const Sample* history = nullptr;
+  size_t samples = 0;
+  double end = 0;  // the lines' values at the run's end: a new run in the same memory differs here
+  ImVec2 a, b, size, at;
+};
+
+ImVec2 key_corner(const Frame& f, ImVec2 size, const std::vector<Sample>& h, const std::vector<Line>& lines,
+                  KeyPlace& last) {
+  auto same = [](ImVec2 p, ImVec2 q) { return p.x == q.x && p.y == q.y; };
+  double end = h.empty() ? 0 : double(h.back().x);
+  for (const Line& line : lines)
+    if (!h.empty() && !std::isnan(line.y(h.back()))) end += line.y(h.back());
+  if (last.history == h.data() && last.samples == h.size() && last.end == end && same(last.a, f.a) &&
+      same(last.b, f.b) && same(last.size, size))
+    return last.at;
+  const ImVec2 corners[] = {{f.a.x + 6, f.a.y + 4},
+                            {f.b.x - 6 - size.x, f.a.y + 4},
+                            {f.b.x - 6 - size.x, f.b.y - 4 - size.y},
+                            {f.a.x + 6, f.b.y - 4 - size.y}};
+  auto hidden = [&](ImVec2 c) {  // pixels of line inside the box at c, in steps of 2 px
+    auto inside = [&](ImVec2 p) { return p.x >= c.x && p.x <= c.x + size.x && p.y >= c.y && p.y <= c.y + size.y; };
+    float length = 0;
+    for (const Line& line : lines)
+      for (size_t i = 1; i < h.size(); ++i) {
+        const ImVec2 p = line.frame->at(double(h[i - 1].x), line.y(h[i - 1]));
+        const ImVec2 q = line.frame->at(double(h[i].x), line.y(h[i]));
+        const float len = std::hypot(q.x - p.x, q.y - p.y);
+        if (std::isnan(len)) continue;  // a gap in the line (a NaN sample)
+        const int steps = std::max(1, int(len / 2));
+        for (int k = 0; k < steps; ++k) {
+          const float t = (float(k) + 0.5f) / float(steps);
+          if (inside({p.x + (q.x - p.x) * t, p.y + (q.y - p.y) * t})) length += len / float(steps);
+        }
+      }
+    return length;
+  };
+  const float top_left = hidden(corners[0]);
+  ImVec2 best = corners[0];
+  float least = top_left;
+  for (int i = 1; i < 4; ++i)
+    if (const float x = hidden(corners[i]); x < least && x < top_left / 2) least = x, best = corners[i];
+  last = {h.data(), h.size(), end, f.a, f.b, size, best};
+  return best;
+}
+
+void key_box(ImDrawList* dl, ImVec2 at, const std::vector<Key>& keys) {
+  const float line_h = ImGui::GetTextLineHeight() + 2;
+  const ImVec2 size = key_size(keys);
+  const float w = size.x;
+  dl->AddRectFilled(at, {at.x + w, at.y + size.y}, palette::alpha(palette::kBackground, 0.85f), 3.0f);
   for (size_t i = 0; i < keys.size(); ++i) {
     const Key& k = keys[i];
     const float y = at.y + 3 + line_h * float(i);
@@ -134,8 +199,11 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   const Frame f = plot_area(origin, size, double(s.length()), 1.0);
   axes(dl, f, {"0%", "25%", "50%", "75%", "100%"});
   const bool law = s.view(0).run().policy == "random";
-  if (law)
-    polyline(dl, f, h, [](const Sample& x) { return double(x.run[0].expected); }, palette::kExpectedLine, 1.5f, true);
+  std::vector<Line> lines;
+  if (law) {
+    lines.push_back({&f, [](const Sample& x) { return double(x.run[0].expected); }});
+    polyline(dl, f, h, lines.back().y, palette::kExpectedLine, 1.5f, true);
+  }
   // Tokens evicted: one line when the runs evict the same tokens; one per run, tinted
   // by its strategy, when each scheduled the requests its own way.
   const int evicted_lines = s.same_schedule() ? 1 : s.views();
@@ -143,11 +211,14 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
     return evicted_lines == 1 ? palette::kEvictedLine
                               : palette::mix(palette::kEvictedLine, palette::strategy(s.view(v).run().header.strategy), 0.5f);
   };
-  for (int v = 0; v < evicted_lines; ++v)
-    polyline(dl, f, h, [v](const Sample& x) { return double(x.run[size_t(v)].evicted); }, evicted_colour(v), 1.5f, false);
-  for (int v = 0; v < s.views(); ++v)
-    polyline(dl, f, h, [v](const Sample& x) { return double(x.run[size_t(v)].freed); },
-             palette::strategy(s.view(v).run().header.strategy), 2.0f, false);
+  for (int v = 0; v < evicted_lines; ++v) {
+    lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].evicted); }});
+    polyline(dl, f, h, lines.back().y, evicted_colour(v), 1.5f, false);
+  }
+  for (int v = 0; v < s.views(); ++v) {
+    lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].freed); }});
+    polyline(dl, f, h, lines.back().y, palette::strategy(s.view(v).run().header.strategy), 2.0f, false);
+  }
   // The key, with the values at the cursor.
   const Counters& c0 = s.view(0).counters();
   std::vector<Key> keys;
@@ -165,7 +236,8 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   if (law)
     keys.push_back({"law (evicted)^" + std::to_string(c0.block_size) + ": one-shot random, holes",
                     percent(c0.expected_freed_fraction()), palette::kExpectedLine, true});
-  key_box(dl, {f.a.x + 6, f.a.y + 4}, keys);
+  static KeyPlace placed;
+  key_box(dl, key_corner(f, key_size(keys), h, lines, placed), keys);
   cursor_and_seek(app, f, origin, size, "fraction-chart");
 }
 
@@ -194,14 +266,18 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   }
   Frame moved = f;
   moved.y_max = std::max(moved_top, 1.0);
+  std::vector<Line> lines;
   for (int v = 0; v < s.views(); ++v) {
     const uint32_t colour = palette::strategy(s.view(v).run().header.strategy);
-    if (s.view(v).moves() > 0)
-      polyline(dl, moved, h, [v](const Sample& x) { return x.run[size_t(v)].moved; }, palette::alpha(colour, 0.8f), 1.5f, true);
+    if (s.view(v).moves() > 0) {
+      lines.push_back({&moved, [v](const Sample& x) { return x.run[size_t(v)].moved; }});
+      polyline(dl, moved, h, lines.back().y, palette::alpha(colour, 0.8f), 1.5f, true);
+    }
   }
   for (int v = s.views() - 1; v >= 0; --v) {  // the first view on top: the others would hide it
     const uint32_t colour = palette::strategy(s.view(v).run().header.strategy);
-    polyline(dl, f, h, [v](const Sample& x) { return x.run[size_t(v)].memory; }, colour, 2.0f, false);
+    lines.push_back({&f, [v](const Sample& x) { return x.run[size_t(v)].memory; }});
+    polyline(dl, f, h, lines.back().y, colour, 2.0f, false);
   }
   std::vector<Key> keys;
   for (int v = 0; v < s.views(); ++v) {
@@ -213,7 +289,8 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
       keys.push_back({std::string("moved so far (right axis), ") + strategy_title(t.run().header.strategy),
                       bytes(double(t.counters().bytes_moved())), colour, true});
   }
-  key_box(dl, {f.a.x + 6, f.a.y + 4}, keys);
+  static KeyPlace placed;
+  key_box(dl, key_corner(f, key_size(keys), h, lines, placed), keys);
   cursor_and_seek(app, f, origin, size, "memory-chart");
 }
 

@@ -194,16 +194,15 @@ void counters(App& app) {
   ImGui::EndTable();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   // What a slot costs: one figure, or one per run when two traces of different models are shown.
-  auto per_token = [](const Run& r) {
-    return bytes(double(r.bytes_per_token)) + (r.source == "synthetic" ? " (Qwen3-0.6B in f32)" : "");
-  };
-  const bool one_cost = s.views() == 1 || per_token(s.view(0).run()) == per_token(s.view(1).run());
-  if (one_cost)
-    ImGui::TextWrapped("%s per token (K and V, all layers)", per_token(s.view(0).run()).c_str());
+  auto cost = [](const Run& r) { return bytes(double(r.bytes_per_token)); };
+  auto model = [](const Run& r) { return r.source == "synthetic" ? std::string(": Qwen3-0.6B in f32") : ""; };
+  const Run& a = s.view(0).run();
+  const Run& b = s.view(s.views() - 1).run();
+  if (cost(a) == cost(b) && model(a) == model(b))
+    ImGui::TextWrapped("%s per token (K and V, all layers)%s", cost(a).c_str(), model(a).c_str());
   else
-    ImGui::TextWrapped("per token (K and V, all layers): %s %s, %s %s", s.view(0).run().label.c_str(),
-                       per_token(s.view(0).run()).c_str(), s.view(1).run().label.c_str(),
-                       per_token(s.view(1).run()).c_str());
+    ImGui::TextWrapped("per token (K and V, all layers): %s %s, %s %s", a.label.c_str(), cost(a).c_str(),
+                       b.label.c_str(), cost(b).c_str());
   ImGui::PopStyleColor();
 }
 
