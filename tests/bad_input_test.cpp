@@ -93,6 +93,9 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("heads --recent -1", "--recent: must be 0 or more, not -1");
   expect_one_line_error("heads --from 600 --length 512",  // with the range, before the model loads
                         "heads: the first measured query (--from 600) must be in [sinks + recent, window length) = [36, 512)");
+  // A window no longer than sinks + recent has no other keys to measure ("[36, 0)" before).
+  expect_one_line_error("heads --length 0", "heads: sinks + recent (4 + 32) must be fewer than the window's tokens (--length 0)");
+  expect_one_line_error("heads --sinks 600", "heads: sinks + recent (600 + 32) must be fewer than the window's tokens (--length 512)");
   expect_one_line_error(kTiny + "--prompt hi --seed -1", "--seed: must be 0 or more, not -1");  // not 2^64 - 1
 }
 
