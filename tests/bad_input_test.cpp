@@ -91,6 +91,9 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("simulate --budget 0", "--budget: must be above 0, not 0");
   expect_one_line_error("simulate --sinks -5", "--sinks: must be 0 or more, not -5");
   expect_one_line_error("heads --recent -1", "--recent: must be 0 or more, not -1");
+  // The schedule names the value that is out of range (once "budget, sinks and recent must be >= 0, slack >= 1").
+  expect_one_line_error("eval --slack 0", "eviction: slack must be >= 1, got 0");
+  expect_one_line_error("serve-bench --recent -3", "eviction: recent must be >= 0, got -3");
   expect_one_line_error("heads --from 600 --length 512",  // with the range, before the model loads
                         "heads: the first measured query (--from 600) must be in [sinks + recent, window length) = [36, 512)");
   // A window no longer than sinks + recent has no other keys to measure ("[36, 0)" before).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
+#include <tuple>
 
 #include "evict/h2o.h"
 #include "evict/random.h"
@@ -13,7 +15,12 @@
 namespace kvscope {
 
 void EvictionSchedule::validate() const {
-  if (budget < 0 || slack < 1 || sinks < 0 || recent < 0) throw Error("eviction: budget, sinks and recent must be >= 0, slack >= 1");
+  // Each value by name (as its flag), with what was given.
+  for (const auto& [name, value, least] : {std::tuple{"budget", budget, 0}, std::tuple{"slack", slack, 1},
+                                           std::tuple{"sinks", sinks, 0}, std::tuple{"recent", recent, 0}})
+    if (value < least)
+      throw Error(std::string("eviction: ") + name + " must be >= " + std::to_string(least) + ", got " +
+                  std::to_string(value));
   if (enabled() && budget < sinks + recent)
     throw Error("eviction budget " + std::to_string(budget) + " is smaller than the protected tokens (" +
                 std::to_string(sinks) + " sinks + " + std::to_string(recent) + " recent)");
