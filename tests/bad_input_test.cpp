@@ -102,6 +102,15 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error(kTiny + "--prompt hi --seed -1", "--seed: must be 0 or more, not -1");  // not 2^64 - 1
 }
 
+TEST(BadInput, AListGivenTheSameValueTwiceIsRefused) {
+  // These ran the same policy, budget or strategy twice (minutes, for eval) and printed twin rows.
+  expect_one_line_error("eval --policies streaming,h2o,streaming", "--policies: streaming is given twice");
+  expect_one_line_error("eval --keep 0.5,0.25,0.5", "--keep: 0.5 is given twice");
+  expect_one_line_error("serve-bench --strategies holes,holes", "--strategies: holes is given twice");
+  expect_one_line_error("bench compaction --evict 0.5,0.5", "--evict: 0.5 is given twice");
+  expect_one_line_error("bench decode --weights bf16,bf16", "--weights: bf16 is given twice");
+}
+
 TEST(BadInput, SamplingFlagsAreCheckedBeforeAnythingIsPrinted) {
   const std::string sampled = "generate --model '" + test::tiny_model("tiny-tied") + "' --prompt hi ";
   expect_one_line_error(sampled + "--temperature -1", "temperature must be >= 0 (0: greedy), got -1");

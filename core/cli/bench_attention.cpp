@@ -65,6 +65,7 @@ void check_fits_longest_context(const ModelConfig& c, const AttentionBenchArgs& 
 }
 
 void run_attention_bench(const AttentionBenchArgs& a) {
+  check_distinct(a.contexts, "--contexts");
   ModelConfig c = load_config_file(a.config);
   c.num_layers = 1;  // one layer is enough: attention is per layer
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};

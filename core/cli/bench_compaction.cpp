@@ -45,6 +45,8 @@ void check_fits(const ModelConfig& c, const CompactionBenchArgs& a) {
 }
 
 void run_compaction_bench(const CompactionBenchArgs& a) {
+  check_distinct(a.evict, "--evict");
+  check_distinct(a.block_sizes, "--block-sizes");
   const ModelConfig c = load_config_file(a.config);
   check_fits(c, a);  // before the table, not half-way down it
   std::printf("kvscope bench compaction: %d token%s in a cache shaped like %s (%d layers, kv_dim %d, f32: %.0f KiB per token)\n",

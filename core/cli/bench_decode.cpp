@@ -44,6 +44,8 @@ struct Row {
 };
 
 void run_bench(const BenchArgs& a) {
+  check_distinct(a.threads, "--threads");
+  check_distinct(a.weights, "--weights");
   const ModelConfig config = load_config_file(a.config);
   if (a.prompt_tokens < 1 || a.decode_tokens < 1) throw Error("--prompt-tokens and --decode-tokens must be >= 1");
   const int decode_context = 16;  // decode starts after a short prompt (below)

@@ -66,6 +66,8 @@ struct GpuLayer {
 };
 
 void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
+  check_distinct(a.contexts, "--contexts");
+  check_distinct(a.eager_contexts, "--eager-contexts");
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-attention");
   const ModelConfig c = load_config_file(a.config);
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};

@@ -35,6 +35,8 @@ struct GpuCompactionBenchArgs {
 using cuda::DeviceArray;
 
 void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
+  check_distinct(a.tokens, "--tokens");
+  check_distinct(a.evict, "--evict");
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-compaction");
   const ModelConfig c = load_config_file(a.config);
   const int bs = a.block_size;

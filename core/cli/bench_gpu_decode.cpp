@@ -96,6 +96,8 @@ DecodeRun run_decode(const Model& model, const GpuDecodeBenchArgs& a, int n) {
 }
 
 void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
+  check_distinct(a.weights, "--weights");
+  check_distinct(a.sequences, "--sequences");
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-decode");
   const ModelConfig config = load_config_file(a.config);
   const double params = double(config.parameter_count());

@@ -4,9 +4,11 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/backend.h"
+#include "util/error.h"
 
 namespace kvscope::cli {
 
@@ -31,6 +33,18 @@ void add_serve_bench_command(CLI::App& app);
 extern const CLI::Validator kPositive;     // a number above 0
 extern const CLI::Validator kNonNegative;  // a number, 0 or more
 extern const CLI::Validator kFraction;     // a number from 0 to 1
+
+// A list option given the same value twice (--policies h2o,h2o, --keep 0.5,0.5):
+// kvscope::Error "--policies: h2o is given twice", before a run that would do it twice.
+template <class T>
+void check_distinct(const std::vector<T>& values, const std::string& flag) {
+  for (size_t i = 0; i < values.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (values[j] == values[i]) {
+        if constexpr (std::is_arithmetic_v<T>) throw Error(flag + ": " + number_text(double(values[i])) + " is given twice");
+        else throw Error(flag + ": " + values[i] + " is given twice");
+      }
+}
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);

@@ -58,6 +58,8 @@ nlohmann::json to_json(const EvalReport& r) {
 }
 
 void run_eval(EvalArgs a) {
+  check_distinct(a.settings.keep, "--keep");
+  check_distinct(a.settings.policies, "--policies");
   set_threads(a.threads);
   if (a.windows < 0) throw Error("--windows must be >= 0");
   if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it

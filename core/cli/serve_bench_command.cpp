@@ -152,6 +152,7 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
 }
 
 void run_serve_bench(const ServeBenchArgs& a) {
+  check_distinct(a.strategies, "--strategies");
   set_threads(a.threads);
   check_args(a);
   for (const std::string& out : {a.json, a.trace})
