@@ -81,6 +81,19 @@ fuzz() {
   echo "== fuzz: every target ran ${seconds}s without a crash"
 }
 
+# The mode is checked before anything is installed.
+case "$mode" in
+  demo|test|build|sanitize|fuzz) ;;
+  -h|--help|help)
+    sed -n '2,16s/^# \{0,1\}//p' "$0"  # the header above: what each mode does
+    exit 0
+    ;;
+  *)
+    echo "setup.sh: unknown mode '$mode'; usage: bash setup.sh [demo|test|build|sanitize|fuzz] (--help says what each does)" >&2
+    exit 2
+    ;;
+esac
+
 install_packages
 case "$mode" in
   demo)
@@ -116,9 +129,5 @@ case "$mode" in
     ;;
   fuzz)
     fuzz
-    ;;
-  *)
-    echo "usage: bash setup.sh [demo|test|build|sanitize|fuzz]" >&2
-    exit 2
     ;;
 esac
