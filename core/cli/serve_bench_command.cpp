@@ -93,9 +93,11 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
   if (context > max_position_embeddings)
     throw Error("--prompt-len " + std::to_string(a.prompt_len) + " + --output-len " + std::to_string(a.output_len) +
                 " exceed the model's max_position_embeddings (" + std::to_string(max_position_embeddings) + ")");
+  EngineConfig evicting;
+  evicting.schedule = {a.budget, a.slack, a.sinks, a.recent};
   for (const std::string& strategy : a.strategies) {
-    const bool evicts = strategy != "none";
-    const EvictionSchedule s = evicts ? EvictionSchedule{a.budget, a.slack, a.sinks, a.recent} : EvictionSchedule{};
+    const EvictionSchedule s = engine_for_strategy(strategy, evicting).schedule;  // "none": no budget
+    const bool evicts = s.enabled();
     const int need = blocks_a_request_needs(s, int(context), a.chunk, a.block_size);
     if (need > a.blocks)
       throw Error("--blocks " + std::to_string(a.blocks) + ": under strategy " + strategy + " one request needs " +
