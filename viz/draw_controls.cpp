@@ -290,6 +290,13 @@ void draw_controls(App& app, ImVec2) {
   ImGui::TextDisabled("space play/pause, arrows step,\nshift+arrows a round, Home/End");
 }
 
+// Continues the row when `w` more pixels fit in the window, else starts a new one
+// (a narrow window wraps the transport bar instead of cutting it off).
+static void same_line_if_fits(float w) {
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  if (ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x + w <= right) ImGui::SameLine();
+}
+
 void draw_transport(App& app, float width) {
   Session& s = *app.session;
   if (ImGui::Button("|<")) s.reset();
@@ -319,12 +326,13 @@ void draw_transport(App& app, float width) {
   float speed = float(s.speed);
   ImGui::SetNextItemWidth(170);
   if (ImGui::SliderFloat("events/s", &speed, 10.0f, 2e6f, "%.0f", ImGuiSliderFlags_Logarithmic)) s.speed = speed;
-  ImGui::SameLine();
+  same_line_if_fits(ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize("animate").x);
   ImGui::Checkbox("animate", &s.animate);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("pause between phases and slide the compaction moves");
-  ImGui::SameLine();
-  ImGui::TextDisabled("%s  |  event %s of %s", s.phase(s.primary()).c_str(), count(int64_t(s.cursor())).c_str(),
-                      count(int64_t(s.length())).c_str());
+  const std::string where = s.phase(s.primary()) + "  |  event " + count(int64_t(s.cursor())) + " of " +
+                            count(int64_t(s.length()));
+  same_line_if_fits(ImGui::CalcTextSize(where.c_str()).x);
+  ImGui::TextDisabled("%s", where.c_str());
 
   // The timeline: scrubbing replays the recorded events; ticks mark the rounds.
   uint64_t cursor = s.cursor();

@@ -94,7 +94,10 @@ std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t wa
   return out;
 }
 
-void header(const Timeline& t, const Session& s, int view) {
+// Two lines of numbers, wrapped at `width` so that a narrow window does not push the
+// next view off the screen.
+void header(const Timeline& t, const Session& s, int view, float width) {
+  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + width);
   const Counters& c = t.counters();
   const MemoryStrategy strategy = t.run().header.strategy;
   ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(strategy));
@@ -111,6 +114,7 @@ void header(const Timeline& t, const Session& s, int view) {
               c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + count(c.moved) + " slots)").c_str()
                       : "no bytes moved");
   ImGui::PopStyleColor();
+  ImGui::PopTextWrapPos();
 }
 
 void tooltip(const App& app, const Timeline& t, int block, int slot, const ScoresAt& scores) {
@@ -149,7 +153,7 @@ void draw_pool(App& app, int view, ImVec2 size) {
 
   ImGui::BeginGroup();
   const float top = ImGui::GetCursorScreenPos().y;
-  header(t, s, view);
+  header(t, s, view, size.x);
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(20.0f, size.y - (origin.y - top))};
   PoolGeometry g = layout_pool(occ.num_blocks(), B, origin, area);
