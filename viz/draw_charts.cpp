@@ -85,12 +85,21 @@ struct Line {
 // keeps its size while the values change under playback.
 ImVec2 key_size(const std::vector<Key>& keys) {
   const float line_h = ImGui::GetTextLineHeight() + 2;
-  float label_w = 0, value_w = ImGui::CalcTextSize("888.8 MB").x;
+  const bool values = std::any_of(keys.begin(), keys.end(), [](const Key& k) { return !k.value.empty(); });
+  float label_w = 0, value_w = values ? ImGui::CalcTextSize("888.8 MB").x : 0;
   for (const Key& k : keys) {
     label_w = std::max(label_w, ImGui::CalcTextSize(k.label.c_str()).x);
     value_w = std::max(value_w, ImGui::CalcTextSize(k.value.c_str()).x);
   }
   return {8 + 22 + 6 + label_w + 12 + value_w + 8, 6 + line_h * float(keys.size())};
+}
+
+// In a narrow window, a key wider than its plot drops its values (the counters
+// table has them) before it is cut at the chart's edge.
+std::vector<Key> fitted(std::vector<Key> keys, const Frame& f) {
+  if (key_size(keys).x > f.b.x - f.a.x - 12)
+    for (Key& k : keys) k.value.clear();
+  return keys;
 }
 
 // Where the key goes: the corner of the plot where it hides the least of the lines,
@@ -236,6 +245,7 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   if (law)
     keys.push_back({"law (evicted)^" + std::to_string(c0.block_size) + ": one-shot random, holes",
                     percent(c0.expected_freed_fraction()), palette::kExpectedLine, true});
+  keys = fitted(std::move(keys), f);
   static KeyPlace placed;
   key_box(dl, key_corner(f, key_size(keys), h, lines, placed), keys);
   cursor_and_seek(app, f, origin, size, "fraction-chart");
@@ -289,6 +299,7 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
       keys.push_back({std::string("moved so far (right axis), ") + strategy_title(t.run().header.strategy),
                       bytes(double(t.counters().bytes_moved())), colour, true});
   }
+  keys = fitted(std::move(keys), f);
   static KeyPlace placed;
   key_box(dl, key_corner(f, key_size(keys), h, lines, placed), keys);
   cursor_and_seek(app, f, origin, size, "memory-chart");
@@ -305,8 +316,15 @@ void draw_charts(App& app, ImVec2 size) {
   ImGui::TextUnformatted("Memory in use and bytes moved, over the run");
   const float chart_top = o.y + ImGui::GetTextLineHeightWithSpacing();
   const float h = std::max(40.0f, size.y - (chart_top - o.y));
+  // Each chart draws inside its own rectangle: in a narrow window a key wider than
+  // its plot is cut at the edge rather than drawn over the other chart.
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->PushClipRect({o.x - 1, chart_top - 1}, {o.x + w + 1, chart_top + h + 1}, true);  // + the edges' anti-aliasing
   fraction_chart(app, {o.x, chart_top}, {w, h});
+  dl->PopClipRect();
+  dl->PushClipRect({o.x + w + gap - 1, chart_top - 1}, {o.x + 2 * w + gap + 1, chart_top + h + 1}, true);
   memory_chart(app, {o.x + w + gap, chart_top}, {w, h});
+  dl->PopClipRect();
   ImGui::SetCursorScreenPos({o.x, chart_top + h});
   ImGui::Dummy({size.x, 0});
 }
