@@ -98,10 +98,13 @@ void run_memory(const MemoryArgs& a) {
               with_commas(weight_bytes(c, b.weight_bits)).c_str(), gb(fit.weight_bytes).c_str());
 
   std::printf("Fit on a %g GB GPU (1 GB = 1e9 bytes), K/V at %d bits:\n", b.gpu_gb, b.kv_bits);
-  std::printf("    %9s  GPU memory\n", gb(fit.gpu_bytes).c_str());
-  std::printf("  - %9s  weights at %d bits\n", gb(fit.weight_bytes).c_str(), b.weight_bits);
-  std::printf("  - %9s  reserve: CUDA context, activations, allocator slack (--reserve-gb)\n", gb(fit.reserve_bytes).c_str());
-  std::printf("  = %9s  free for the KV cache\n", gb(fit.free_bytes).c_str());
+  int w = 9;  // the column of GB, as wide as its widest entry
+  for (double bytes : {fit.gpu_bytes, fit.weight_bytes, fit.reserve_bytes, fit.free_bytes})
+    w = std::max(w, int(gb(bytes).size()));
+  std::printf("    %*s  GPU memory\n", w, gb(fit.gpu_bytes).c_str());
+  std::printf("  - %*s  weights at %d bits\n", w, gb(fit.weight_bytes).c_str(), b.weight_bits);
+  std::printf("  - %*s  reserve: CUDA context, activations, allocator slack (--reserve-gb)\n", w, gb(fit.reserve_bytes).c_str());
+  std::printf("  = %*s  free for the KV cache\n", w, gb(fit.free_bytes).c_str());
   std::printf("  / %" PRId64 " bytes per token = %s tokens = %s blocks of %d tokens\n", fit.kv_bytes_per_token,
               with_commas(fit.tokens).c_str(), with_commas(fit.blocks).c_str(), b.block_size);
   if (!fit.weights_fit)
