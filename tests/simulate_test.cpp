@@ -316,5 +316,26 @@ TEST(SimulateCommand, MoreTokensThanTheMemoryHoldsAreRefusedFirst) {
                         "not enough memory for simulating 1073741824 tokens (one-shot): ");
 }
 
+// --trace keeps every event in memory until the file is written: 32 bytes each, and
+// under compaction in a stream about budget / slack moves a token. A run that fits
+// without them can be too large with them, and is refused before it starts.
+TEST(SimulateCommand, ATraceTooLargeForTheMemoryIsRefusedFirst) {
+  SimulationConfig c;
+  c.tokens = 100000000;
+  c.strategy = MemoryStrategy::Compact;
+  const size_t bare = simulation_peak_bytes(c);
+  c.record_events = true;
+  const size_t traced = simulation_peak_bytes(c);
+  EXPECT_GT(traced, bare + size_t(c.tokens) * 3 * sizeof(Event));  // written, evicted, moved: 3 events a token at least
+  c.streaming = true;
+  c.schedule = {1024, 8, 4, 32};
+  EXPECT_GT(simulation_peak_bytes(c), size_t(c.tokens) * (1024 / 8) * sizeof(Event));
+  if (traced <= available_memory_bytes() || bare > available_memory_bytes())
+    GTEST_SKIP() << "this machine's memory holds both runs, or neither";
+  const std::string trace = test::binary_path("never_written.trace");
+  expect_one_line_error("simulate --tokens 100000000 --strategy compact --trace " + trace,
+                        "not enough memory for simulating 100000000 tokens (one-shot, every event kept for --trace): ");
+}
+
 }  // namespace
 }  // namespace kvscope

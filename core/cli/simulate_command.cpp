@@ -115,16 +115,22 @@ std::function<void(double)> progress_reporter(const SimulationConfig& c, const s
   };
 }
 
+// The run of one strategy and the k-th seed.
+SimulationConfig run_config(const SimulateArgs& a, const SimulationConfig& base, MemoryStrategy strategy, int k) {
+  SimulationConfig c = base;
+  c.strategy = strategy;
+  c.seed = base.seed + uint64_t(k);
+  c.record_events = !a.trace.empty();
+  return c;
+}
+
 // results[strategy][seed]
 std::vector<std::vector<SimulationResult>> run_all(const SimulateArgs& a, const SimulationConfig& base,
                                                    const std::vector<MemoryStrategy>& which) {
   std::vector<std::vector<SimulationResult>> results(which.size());
   for (size_t s = 0; s < which.size(); ++s)
     for (int k = 0; k < a.seeds; ++k) {
-      SimulationConfig c = base;
-      c.strategy = which[s];
-      c.seed = base.seed + uint64_t(k);
-      c.record_events = !a.trace.empty();
+      SimulationConfig c = run_config(a, base, which[s], k);
       c.progress = progress_reporter(c, std::string(strategy_name(c.strategy)) + " seed " + std::to_string(c.seed));
       results[s].push_back(simulate(c));
     }
@@ -262,7 +268,7 @@ void run_simulate(const SimulateArgs& a) {
   if (!a.trace.empty()) check_writable(a.trace);  // before the run, not after it
   const SimulationConfig base = base_config(a);
   const std::vector<MemoryStrategy> which = strategies(a.strategy);
-  check_simulation_config(base);  // before anything is printed
+  for (MemoryStrategy s : which) check_simulation_config(run_config(a, base, s, 0));  // before anything is printed
   print_setup(a, base);
   std::fflush(stdout);
   const auto results = run_all(a, base, which);

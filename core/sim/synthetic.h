@@ -123,8 +123,8 @@ struct SimulationResult {
 void check_simulation_config(const SimulationConfig& config);
 
 // About the most memory simulate() holds at once for this config, in bytes (a
-// bound from its allocations and a measurement, see the .cpp; recorded events
-// are not counted).
+// bound from its allocations and a measurement, see the .cpp; with record_events,
+// the event log too).
 // check_simulation_config refuses a config whose peak exceeds the available memory.
 size_t simulation_peak_bytes(const SimulationConfig& config);
 
