@@ -127,6 +127,11 @@ TEST(Memory, BadInputIsAnError) {
   EXPECT_THROW(fit_kv_cache(c, b), Error);
   b.gpu_gb = NAN;
   EXPECT_THROW(fit_kv_cache(c, b), Error);
+  b.gpu_gb = 1e30;  // its token count would overflow int64 (it printed "-0 tokens")
+  EXPECT_THROW(fit_kv_cache(c, b), Error);
+  b.gpu_gb = 1e6;   // a petabyte is the largest taken
+  EXPECT_NO_THROW(fit_kv_cache(c, b));
+  EXPECT_GT(fit_kv_cache(c, b).tokens, 0);
   b = MemoryBudget{};
   b.reserve_gb = -0.5;
   EXPECT_THROW(fit_kv_cache(c, b), Error);
@@ -183,6 +188,8 @@ TEST(MemoryCommand, BadInputExitsWithOneLineError) {
       {c32 + " --weight-bits 5", "--weight-bits"},
       {c32 + " --kv-bits 4", "--kv-bits"},
       {c32 + " --gpu-gb=-24", "--gpu-gb"},
+      {c32 + " --gpu-gb 1e30", "--gpu-gb"},  // was "-0 tokens": the count overflowed int64
+      {c32 + " --reserve-gb 1e30", "--reserve-gb"},
       {c32 + " --reserve-gb=-1", "--reserve-gb"},
       {config_arg("no-such-config.json"), "no-such-config.json"},
   };

@@ -37,10 +37,15 @@ int64_t weight_bytes(const ModelConfig& config, int weight_bits) {
   return (bits + 7) / 8;
 }
 
-// A size in decimal GB that must be finite and >= 0.
+// The largest size the calculator takes: a petabyte, far past any one GPU, and
+// small enough that its count of tokens fits an int64_t.
+constexpr double kMaxGb = 1e6;
+
+// A size in decimal GB that must be finite and in [0, kMaxGb]. A 0 GB GPU is
+// allowed: the answer is that nothing fits.
 static void check_gb(double gb, const char* option) {
-  if (std::isfinite(gb) && gb >= 0) return;
-  throw Error(std::string(option) + " must be a number of GB >= 0, got " + number_text(gb));
+  if (std::isfinite(gb) && gb >= 0 && gb <= kMaxGb) return;
+  throw Error(std::string(option) + " must be a number of GB from 0 to 1000000, got " + number_text(gb));
 }
 
 void check_budget(const MemoryBudget& budget) {

@@ -42,7 +42,7 @@ struct MemoryBudget {
 };
 
 // Throws kvscope::Error naming the option if a budget value is out of range
-// (bits not accepted, negative or non-finite GB, block size < 1).
+// (bits not accepted, GB negative, non-finite or above 1e6, block size < 1).
 void check_budget(const MemoryBudget& budget);
 
 // The answer: where the GPU's bytes go and how many tokens of cache fit.
