@@ -92,10 +92,22 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("simulate --sinks -5", "--sinks: must be 0 or more, not -5");
   expect_one_line_error("heads --recent -1", "--recent: must be 0 or more, not -1");
   // The schedule names the value that is out of range (once "budget, sinks and recent must be >= 0, slack >= 1").
-  expect_one_line_error("eval --slack 0", "eviction: slack must be >= 1, got 0");
-  expect_one_line_error("serve-bench --recent -3", "eviction: recent must be >= 0, got -3");
+  expect_one_line_error("eval --slack 0", "eviction: slack must be from 1 to 536870912 (2^29), got 0");
+  expect_one_line_error("serve-bench --recent -3", "eviction: recent must be from 0 to 536870912 (2^29), got -3");
+  // budget + slack overflowed an int: "prunes to 100 whenever -2147483549 are live", and a round every token.
+  expect_one_line_error("simulate --budget 100 --slack 2147483647",
+                        "eviction: slack must be from 1 to 536870912 (2^29), got 2147483647");
+  expect_one_line_error("simulate --budget 2147483647", "eviction: budget must be from 0 to 536870912 (2^29), got 2147483647");
+  // 16,000 tokens x this many bytes overflowed an int64: "bytes reclaimed -1.92 kB".
+  expect_one_line_error("simulate --bytes-per-token 9223372036854775807",
+                        "simulate: bytes per token must be in [1, 2^30], got 9223372036854775807");
   expect_one_line_error("heads --from 600 --length 512",  // with the range, before the model loads
                         "heads: the first measured query (--from 600) must be in [sinks + recent, window length) = [36, 512)");
+  // Sums near INT_MAX, taken in 64 bits: heads crashed (SIGSEGV) and eval said "vector::_M_default_append".
+  expect_one_line_error("heads --sinks 2147483647 --recent 2147483647",
+                        "heads: sinks + recent (2147483647 + 2147483647) must be fewer than the window's tokens");
+  expect_one_line_error("eval --context 2147483647",
+                        "eval: context + continuation (2147483679) is longer than the model's max_position_embeddings");
   // A window no longer than sinks + recent has no other keys to measure ("[36, 0)" before).
   expect_one_line_error("heads --length 0", "heads: sinks + recent (4 + 32) must be fewer than the window's tokens (--length 0)");
   expect_one_line_error("heads --sinks 600", "heads: sinks + recent (600 + 32) must be fewer than the window's tokens (--length 512)");
@@ -188,7 +200,7 @@ TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   std::fclose(f);
   const std::string expected = text + ": not valid UTF-8 (byte offset 50): a text file is expected";
   const std::string tiny = " --model '" + test::tiny_model("tiny-tied") + "'";
-  expect_one_line_error("eval" + tiny + " --text " + text, expected);
+  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.9 --text " + text, expected);
   expect_one_line_error("heads" + tiny + " --text " + text, expected);
   expect_one_line_error("calibrate" + tiny + " --text " + text + " --out " + test::binary_path("never.json"), expected);
   expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + text, expected);
@@ -282,7 +294,12 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   }
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.01",
                         "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
-  expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory must be >= 0 MB");
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory must be from 0 to 1000000000 MB, got -1");
+  // Its bytes did not fit a size_t: "a KV memory budget of 0 bytes".
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory must be from 0 to 1000000000 MB, got 1e+300");
+  // prompt + new overflowed an int, and a pool of 134 million blocks was allocated.
+  expect_one_line_error(kTiny + "--prompt hi -n 2147483647",
+                        "generate: 2 prompt + 2147483647 new tokens exceed the model's max_position_embeddings (512)");
 }
 
 TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {

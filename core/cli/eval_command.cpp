@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "eval/eval.h"
 #include "eval/windows.h"
+#include "model/config.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -70,6 +71,7 @@ void run_eval(EvalArgs a) {
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
   EvalSettings& s = a.settings;
   if (s.calibration.empty()) s.calibration = a.calibration.empty() ? a.model_dir + "/triattention-calibration.json" : a.calibration;
+  check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads
   const Model model = load_model(a.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);

@@ -94,7 +94,8 @@ void check_args(const GenerateArgs& a) {
   if (a.block_size < 1 || a.block_size > kMaxBlockSize)
     throw Error("--block-size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
                 std::to_string(a.block_size));
-  if (!(a.kv_memory_mb >= 0)) throw Error("--kv-memory must be >= 0 MB");
+  if (!(a.kv_memory_mb >= 0 && a.kv_memory_mb <= 1e9))  // a petabyte at most: its bytes fit a size_t
+    throw Error("--kv-memory must be from 0 to 1000000000 MB, got " + number_text(a.kv_memory_mb));
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);

@@ -18,7 +18,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
   const ModelConfig& c = model.config;
   if (prompt.empty()) throw Error("generate: the prompt has no tokens");
   if (options.max_new_tokens < 0) throw Error("generate: the number of new tokens must be >= 0");
-  const int total = int(prompt.size()) + options.max_new_tokens;
+  const int64_t total = int64_t(prompt.size()) + options.max_new_tokens;  // 64 bits: -n may be near INT_MAX
   if (total > c.max_position_embeddings)
     throw Error("generate: " + std::to_string(prompt.size()) + " prompt + " + std::to_string(options.max_new_tokens) +
                 " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
@@ -26,7 +26,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
 
   EngineConfig config = options.engine;
   check_block_size(config.block_size);  // before it divides anything
-  if (config.num_blocks == 0) config.num_blocks = (total + config.block_size - 1) / config.block_size;
+  if (config.num_blocks == 0) config.num_blocks = int((total + config.block_size - 1) / config.block_size);
   Engine engine(model, config, options.events);
   const int seq = engine.add_sequence();
   if (options.on_ready) options.on_ready();

@@ -113,42 +113,51 @@ EvalRow finish(const std::string& policy, double keep, int budget, const Totals&
   return row;
 }
 
-void validate(const Model& model, const std::vector<std::vector<int>>& windows, const EvalSettings& s) {
+// The schedule that keeps the fraction k of the context.
+EvictionSchedule schedule_for(double k, const EvalSettings& s) {
+  return {int(std::lround(k * s.context)), s.slack, s.sinks, s.recent};
+}
+
+// The windows against the settings (check_eval_settings has passed).
+void check_windows(const std::vector<std::vector<int>>& windows, const EvalSettings& s) {
   if (windows.empty()) throw Error("eval: no windows to evaluate");
+  for (size_t w = 0; w < windows.size(); ++w)
+    if (int(windows[w].size()) < s.context + 1)
+      throw Error("eval: window " + std::to_string(w) + " has " + std::to_string(windows[w].size()) +
+                  " tokens; context " + std::to_string(s.context) + " needs " + std::to_string(s.context + 1));
+}
+
+}  // namespace
+
+void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
   if (s.context < 2) throw Error("eval: the context must be at least 2 tokens");
   if (s.continuation < 1) throw Error("eval: the continuation must be at least 1 token");
   if (s.block_size < 1 || s.block_size > kMaxBlockSize)
     throw Error("eval: the block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
                 std::to_string(s.block_size));
-  if (s.context + s.continuation > model.config.max_position_embeddings)
-    throw Error("eval: context + continuation (" + std::to_string(s.context + s.continuation) +
-                ") is longer than the model's max_position_embeddings (" +
-                std::to_string(model.config.max_position_embeddings) + ")");
+  const int64_t positions = int64_t(s.context) + s.continuation;  // in 64 bits: either may be near INT_MAX
+  if (positions > max_position_embeddings)
+    throw Error("eval: context + continuation (" + std::to_string(positions) +
+                ") is longer than the model's max_position_embeddings (" + std::to_string(max_position_embeddings) + ")");
   if (s.scored_from > s.context) throw Error("eval: scored_from is past the end of the context");
-  for (size_t w = 0; w < windows.size(); ++w)
-    if (int(windows[w].size()) < s.context + 1)
-      throw Error("eval: window " + std::to_string(w) + " has " + std::to_string(windows[w].size()) +
-                  " tokens; context " + std::to_string(s.context) + " needs " + std::to_string(s.context + 1));
-  for (double k : s.keep)
-    if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be between 0 and 1 (got " + number_text(k) + ")");
-}
-
-}  // namespace
-
-EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& windows, const EvalSettings& s,
-                    const EvalProgress& progress) {
-  validate(model, windows, s);
-  const int n_policies = int(s.policies.size()), n_keep = int(s.keep.size());
-  std::vector<EvictionSchedule> schedules;
   for (double k : s.keep) {
-    EvictionSchedule schedule{int(std::lround(k * s.context)), s.slack, s.sinks, s.recent};
-    if (schedule.budget < s.sinks + s.recent)  // the budget is the user's only through --keep and --context
+    if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be between 0 and 1 (got " + number_text(k) + ")");
+    const EvictionSchedule schedule = schedule_for(k, s);
+    if (schedule.budget < int64_t(s.sinks) + s.recent)  // the budget is the user's only through --keep and --context
       throw Error("eval: keeping " + number_text(k) + " of a " + std::to_string(s.context) + "-token context is " +
                   std::to_string(schedule.budget) + " tokens, fewer than the protected " + std::to_string(s.sinks) +
                   " sinks + " + std::to_string(s.recent) + " recent: raise --keep or --context, or lower --sinks and --recent");
     schedule.validate();
-    schedules.push_back(schedule);
   }
+}
+
+EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& windows, const EvalSettings& s,
+                    const EvalProgress& progress) {
+  check_eval_settings(s, model.config.max_position_embeddings);
+  check_windows(windows, s);
+  const int n_policies = int(s.policies.size()), n_keep = int(s.keep.size());
+  std::vector<EvictionSchedule> schedules;
+  for (double k : s.keep) schedules.push_back(schedule_for(k, s));
   std::vector<PolicyFactory> factories(n_policies);   // the oracle's is made per window
   for (int p = 0; p < n_policies; ++p) {
     const std::string& name = s.policies[p];

@@ -63,6 +63,11 @@ struct EvalReport {
 // progress(done, total) after each run of a window.
 using EvalProgress = std::function<void(int done, int total)>;
 
+// kvscope::Error if a setting is out of range: context < 2, continuation < 1,
+// context + continuation past the model's positions, keep outside (0, 1), a bad
+// block size. Needs no model or text: eval calls it before loading either.
+void check_eval_settings(const EvalSettings& settings, int max_position_embeddings);
+
 // windows: token ids, each at least context + 1 long (the +1 is the last target).
 // kvscope::Error on bad settings (keep outside (0, 1), a budget below sinks + recent,
 // a window too short, TriAttention without a calibration file).

@@ -26,12 +26,13 @@ double top_decile_share(std::vector<double> received) {
 
 void check_head_settings(const HeadSettings& s, int length) {
   if (s.sinks < 0 || s.recent < 0) throw Error("heads: sinks and recent must be >= 0");
-  if (length <= s.sinks + s.recent)  // no query then has keys that are neither sinks nor recent
+  const int64_t protected_tokens = int64_t(s.sinks) + s.recent;  // in 64 bits: each may be near INT_MAX
+  if (length <= protected_tokens)  // no query then has keys that are neither sinks nor recent
     throw Error("heads: sinks + recent (" + std::to_string(s.sinks) + " + " + std::to_string(s.recent) +
                 ") must be fewer than the window's tokens (--length " + std::to_string(length) + ")");
-  if (s.from < s.sinks + s.recent || s.from >= length)
+  if (s.from < protected_tokens || s.from >= length)
     throw Error("heads: the first measured query (--from " + std::to_string(s.from) +
-                ") must be in [sinks + recent, window length) = [" + std::to_string(s.sinks + s.recent) + ", " +
+                ") must be in [sinks + recent, window length) = [" + std::to_string(protected_tokens) + ", " +
                 std::to_string(length) + ")");
 }
 

@@ -26,6 +26,9 @@
 
 namespace kvscope {
 
+// The largest budget, slack, sinks or recent a schedule takes (2^29 tokens).
+constexpr int kMaxScheduleTokens = 1 << 29;
+
 // The schedule: prune to `budget` live tokens whenever the live count reaches
 // budget + slack, never dropping the `sinks` first tokens or the `recent` newest.
 struct EvictionSchedule {
@@ -36,7 +39,8 @@ struct EvictionSchedule {
 
   bool enabled() const { return budget > 0; }
   bool due(int live) const { return enabled() && live >= budget + slack; }
-  // kvscope::Error if the budget cannot hold the protected tokens.
+  // kvscope::Error if a value is out of range or the budget cannot hold the
+  // protected tokens.
   void validate() const;
 };
 

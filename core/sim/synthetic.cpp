@@ -101,7 +101,8 @@ void check_simulation_config(const SimulationConfig& c) {
                 std::to_string(c.block_size));
   if (!(c.evict_fraction >= 0 && c.evict_fraction <= 1))
     throw Error("simulate: the evicted fraction must be in [0, 1], got " + number_text(c.evict_fraction));
-  if (c.bytes_per_token < 1) throw Error("simulate: bytes per token must be >= 1");
+  if (c.bytes_per_token < 1 || c.bytes_per_token > (int64_t(1) << 30))  // 2^30 tokens x 2^30 bytes fits an int64
+    throw Error("simulate: bytes per token must be in [1, 2^30], got " + std::to_string(c.bytes_per_token));
   if (c.streaming && !c.schedule.enabled()) throw Error("simulate: streaming mode needs a budget > 0");
   c.schedule.validate();
   if (!c.streaming && c.schedule.budget == 0) {
