@@ -387,6 +387,11 @@ TEST(ServeBench, BadInputIsAClearError) {
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 50000").output,
             "kvscope: error: --prompt-len 50000 + --output-len 256 exceed the model's max_position_embeddings "
             "(2048)\n");
+  // More requests than the memory holds, said before the model loads (it was "out of memory").
+  const test::ProgramRun many = test::run_kvscope("serve-bench --requests 2147483647");
+  EXPECT_EQ(many.code, 1) << many.output;
+  EXPECT_EQ(many.output.rfind("kvscope: error: not enough memory for 2147483647 requests of 256 + 256 tokens, kept "
+                              "for 4 strategies (lower --requests): ", 0), 0u) << many.output;
 }
 
 // Options that the run would not use are refused, not dropped: --text and --model

@@ -36,6 +36,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/memory_check.h"
 #include "util/splitmix64.h"
 
 namespace kvscope::cli {
@@ -112,6 +113,20 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
 
 // Request i's prompt: `len` tokens of the text from offset i * len (wrapping), or
 // random ids below `vocab` when there is no text.
+// What the requests themselves hold, before any K/V: the prompts, and in every
+// strategy's kept run (and the one running) each request's copy of its prompt and
+// its output. A lower bound, said before the model loads; --requests 2147483647
+// was "out of memory" from somewhere inside.
+void check_requests_fit_in_memory(const ServeBenchArgs& a) {
+  const double ints = sizeof(int), per_request = sizeof(Request) + (double(a.prompt_len) + a.output_len) * ints;
+  const double runs = double(a.strategies.size()) + 1;
+  const double bytes = double(a.requests) * (double(a.prompt_len) * ints + sizeof(std::vector<int>) + runs * per_request);
+  check_fits_in_memory(size_t(std::min(bytes, 1e18)),
+                       std::to_string(a.requests) + " requests of " + std::to_string(a.prompt_len) + " + " +
+                           std::to_string(a.output_len) + " tokens, kept for " + std::to_string(a.strategies.size()) +
+                           (a.strategies.size() == 1 ? " strategy" : " strategies") + " (lower --requests)");
+}
+
 std::vector<std::vector<int>> make_prompts(const std::vector<int>& text, int n, int len, int vocab, uint64_t seed) {
   std::vector<std::vector<int>> prompts(static_cast<size_t>(n));
   SplitMix64 rng(seed);
@@ -165,6 +180,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   if (!random && a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
   check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
+  check_requests_fit_in_memory(a);
   const Model model = [&] {
     if (!random) return load_model(a.model_dir);
     ModelConfig shape = load_config_file(a.config);
