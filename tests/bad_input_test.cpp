@@ -280,6 +280,8 @@ TEST(BadInput, BenchmarksTooBigForTheMachineAreRefusedBeforeTheTable) {
                         "bench decode: 40961 tokens (--prompt-tokens, or 16 + --decode-tokens) exceed the model's "
                         "max_position_embeddings (40960)");
   expect_one_line_error("bench decode --decode-tokens 40945", "bench decode: 40961 tokens");
+  // 16 + INT_MAX overflowed: it measured the bandwidth, then "block pool: needs at least one block, got -134217726".
+  expect_one_line_error("bench decode --decode-tokens 2147483647", "bench decode: 2147483663 tokens");
 }
 
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {

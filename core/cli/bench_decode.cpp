@@ -49,7 +49,7 @@ void run_bench(const BenchArgs& a) {
   const ModelConfig config = load_config_file(a.config);
   if (a.prompt_tokens < 1 || a.decode_tokens < 1) throw Error("--prompt-tokens and --decode-tokens must be >= 1");
   const int decode_context = 16;  // decode starts after a short prompt (below)
-  const int longest = std::max(a.prompt_tokens, decode_context + a.decode_tokens);
+  const int64_t longest = std::max<int64_t>(a.prompt_tokens, decode_context + int64_t(a.decode_tokens));  // no int overflow
   if (longest > config.max_position_embeddings)
     throw Error("bench decode: " + std::to_string(longest) + " tokens (--prompt-tokens, or 16 + --decode-tokens) " +
                 "exceed the model's max_position_embeddings (" + std::to_string(config.max_position_embeddings) +
