@@ -282,6 +282,10 @@ TEST(BadInput, BenchmarksTooBigForTheMachineAreRefusedBeforeTheTable) {
   expect_one_line_error("bench decode --decode-tokens 40945", "bench decode: 40961 tokens");
   // 16 + INT_MAX overflowed: it measured the bandwidth, then "block pool: needs at least one block, got -134217726".
   expect_one_line_error("bench decode --decode-tokens 2147483647", "bench decode: 2147483663 tokens");
+  // On a GPU their sum overflowed into the pool's size; said first, with or without CUDA.
+  expect_one_line_error("bench gpu-decode --prompt-tokens 512 --decode-tokens 2147483647",
+                        "bench gpu-decode: --prompt-tokens 512 + --decode-tokens 2147483647 exceed the model's "
+                        "max_position_embeddings (40960)");
 }
 
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {

@@ -41,6 +41,17 @@ struct GpuDecodeBenchArgs {
   int decode_tokens = 128;
 };
 
+// Prompt + decoded tokens against the model's positions, in 64 bits: said before
+// the GPU is looked for, and in builds without CUDA too.
+void check_positions(const GpuDecodeBenchArgs& a) {
+  const int64_t total = int64_t(a.prompt_tokens) + a.decode_tokens;
+  const int most = load_config_file(a.config).max_position_embeddings;
+  if (total > most)
+    throw Error("bench gpu-decode: --prompt-tokens " + std::to_string(a.prompt_tokens) + " + --decode-tokens " +
+                std::to_string(a.decode_tokens) + " exceed the model's max_position_embeddings (" +
+                std::to_string(most) + ")");
+}
+
 #ifdef KVSCOPE_HAVE_CUDA
 struct DecodeRun {
   double prefill_seconds = 0, decode_seconds = 0;
@@ -153,6 +164,7 @@ void add_bench_gpu_decode_command(CLI::App& bench) {
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->capture_default_str()->check(kPositive);
   cmd->add_option("--decode-tokens", args->decode_tokens, "Tokens decoded")->capture_default_str()->check(kPositive);
   cmd->callback([args] {
+    check_positions(*args);
 #ifdef KVSCOPE_HAVE_CUDA
     run_gpu_decode_bench(*args);
 #else
