@@ -76,7 +76,7 @@ void place(Session& s, const std::string& at) {
   // A number from low to high (a whole one when `whole`), else fail with `range`.
   auto in_range = [&](const std::string& text, double low, double high, bool whole, const std::string& range) {
     const double v = number(text);
-    if (v < low || v > high || (whole && v != std::floor(v))) fail("--at " + at + ": " + range);
+    if (!(v >= low && v <= high) || (whole && v != std::floor(v))) fail("--at " + at + ": " + range);  // NaN too
     return v;
   };
   if (at.empty() || at == "end") {
@@ -97,17 +97,19 @@ void place(Session& s, const std::string& at) {
     const double percent = in_range(at.substr(0, at.size() - 1), 0, 100, false, "a percentage from 0 to 100");
     s.seek(size_t(percent / 100 * double(s.length())));
   } else if (at.rfind("compacting:", 0) == 0) {
+    std::vector<size_t> batches;  // where the search for each compaction batch starts, in order
+    for (size_t from = 0; p.next_batch(from).first < p.size(); from = p.next_batch(from).second) batches.push_back(from);
+    if (batches.empty()) fail("--at " + at + ": the run has no compaction batch");
     std::string rest = at.substr(11);
     size_t k = 1;
     if (const size_t colon = rest.find(':'); colon != std::string::npos) {
-      k = size_t(in_range(rest.substr(colon + 1), 1, 1e9, true, "K counts compaction batches from 1"));
+      const std::string range = "the run has " + std::to_string(batches.size()) +
+                                (batches.size() == 1 ? " compaction batch" : " compaction batches") + ", numbered from 1";
+      k = size_t(in_range(rest.substr(colon + 1), 1, double(batches.size()), true, range));
       rest = rest.substr(0, colon);
     }
     const double t = in_range(rest, 0, 1, false, "T, how far the batch has slid, is from 0 to 1");
-    size_t from = 0;
-    for (size_t i = 1; i < k; ++i) from = p.next_batch(from).second;
-    if (p.next_batch(from).first >= p.size()) fail("--at " + at + ": no such compaction batch in the run");
-    s.show_slide(from, t);
+    s.show_slide(batches[k - 1], t);
     return;
   } else {
     number(at);  // fails with the list of forms
@@ -254,7 +256,9 @@ int run(const Args& a) {
   // Where the clock stands, and where the mouse points: checked before a display is opened.
   if (headless || !a.at.empty()) place(*app.session, a.play && a.at.empty() ? "start" : a.at);
   ImVec2 mouse{-FLT_MAX, -FLT_MAX};
-  if (!a.mouse.empty() && std::sscanf(a.mouse.c_str(), "%f,%f", &mouse.x, &mouse.y) != 2)
+  int used = 0;
+  if (!a.mouse.empty() && (std::sscanf(a.mouse.c_str(), "%f,%f%n", &mouse.x, &mouse.y, &used) != 2 ||
+                           size_t(used) != a.mouse.size() || !std::isfinite(mouse.x) || !std::isfinite(mouse.y)))
     fail("--mouse must be X,Y in pixels, got \"" + a.mouse + "\"");
 
   glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
