@@ -288,6 +288,17 @@ TEST(BadInput, BenchmarksTooBigForTheMachineAreRefusedBeforeTheTable) {
                         "max_position_embeddings (40960)");
 }
 
+// More threads than the machine has runs (the user may mean it), with a word on
+// stderr: --threads 100000 once decoded the bundled model at 14 tokens/s, not 4,000, silently.
+TEST(BadInput, MoreThreadsThanTheMachineHasIsAWarning) {
+  const ProgramRun r = run_kvscope(kTiny + "--prompt hi -n 2 --threads 100000");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("kvscope: warning: --threads 100000 is more than the ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(" hardware threads here: the extra threads take turns and slow the run\n"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 1").err.find("warning"), std::string::npos);
+}
+
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   // tiny-tied: 2 layers x 16 slots x 64 K and 64 V floats = 16384 bytes a block.
   const ModelConfig c = load_config(test::tiny_model("tiny-tied"));

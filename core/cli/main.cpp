@@ -46,7 +46,12 @@ const CLI::Validator kFraction = number_check(0, false, 1, "FRACTION");
 
 void set_threads(int threads) {
   if (threads < 0) throw Error("--threads must be >= 0");
-  if (threads > 0) omp_set_num_threads(threads);
+  if (threads == 0) return;
+  const int cores = omp_get_num_procs();  // hardware threads this process may use
+  if (threads > cores)
+    print_warnings({"--threads " + std::to_string(threads) + " is more than the " + std::to_string(cores) +
+                    " hardware threads here: the extra threads take turns and slow the run"});
+  omp_set_num_threads(threads);
 }
 
 std::string shown_path(const std::string& path) {
