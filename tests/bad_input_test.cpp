@@ -316,7 +316,8 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory must be from 0 to 1000000000 MB, got 1e+300");
   // prompt + new overflowed an int, and a pool of 134 million blocks was allocated.
   expect_one_line_error(kTiny + "--prompt hi -n 2147483647",
-                        "generate: 2 prompt + 2147483647 new tokens exceed the model's max_position_embeddings (512)");
+                        "generate: 2 prompt + 2147483647 new tokens need 2147483648 positions (the last new token "
+                        "is never fed), more than the model's max_position_embeddings (512)");
 }
 
 TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {

@@ -76,6 +76,13 @@ TEST(Generate, RefusesMoreTokensThanTheModelHasPositions) {
   GenerateOptions o;
   o.max_new_tokens = 600;
   EXPECT_THROW(run(m, {1}, o), Error);
+  // The boundary, as the scheduler counts it: the last new token is sampled, never
+  // fed, so 2 prompt + 511 new tokens take positions 0..511, and one more is refused.
+  o.max_new_tokens = 511;
+  o.sampler.temperature = 0;
+  EXPECT_EQ(run(m, {1, 2}, o).size(), 511u);
+  o.max_new_tokens = 512;
+  EXPECT_THROW(run(m, {1, 2}, o), Error);
   EXPECT_THROW(run(m, {}, GenerateOptions{}), Error);
 }
 

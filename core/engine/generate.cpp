@@ -18,10 +18,13 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
   const ModelConfig& c = model.config;
   if (prompt.empty()) throw Error("generate: the prompt has no tokens");
   if (options.max_new_tokens < 0) throw Error("generate: the number of new tokens must be >= 0");
-  const int64_t total = int64_t(prompt.size()) + options.max_new_tokens;  // 64 bits: -n may be near INT_MAX
+  // The positions fed to the model: the prompt, then every new token but the last
+  // (it is sampled, never fed), as the scheduler counts them. 64 bits: -n may be near INT_MAX.
+  const int64_t total = int64_t(prompt.size()) + std::max(options.max_new_tokens - 1, 0);
   if (total > c.max_position_embeddings)
     throw Error("generate: " + std::to_string(prompt.size()) + " prompt + " + std::to_string(options.max_new_tokens) +
-                " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
+                " new tokens need " + std::to_string(total) + " positions (the last new token is never fed), more than "
+                "the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   const int vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;
 
   EngineConfig config = options.engine;
