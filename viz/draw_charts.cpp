@@ -123,10 +123,11 @@ ImVec2 key_corner(const Frame& f, ImVec2 size, const std::vector<Sample>& h, con
   if (last.history == h.data() && last.samples == h.size() && last.end == end && same(last.a, f.a) &&
       same(last.b, f.b) && same(last.size, size))
     return last.at;
-  const ImVec2 corners[] = {{f.a.x + 6, f.a.y + 4},
-                            {f.b.x - 6 - size.x, f.a.y + 4},
-                            {f.b.x - 6 - size.x, f.b.y - 4 - size.y},
-                            {f.a.x + 6, f.b.y - 4 - size.y}};
+  // A key wider (or taller) than the plot starts at its left (top) edge in every
+  // corner: its labels' ends are cut at the chart's edge, never their beginnings.
+  const float left = f.a.x + 6, right = std::max(left, f.b.x - 6 - size.x);
+  const float top = f.a.y + 4, bottom = std::max(top, f.b.y - 4 - size.y);
+  const ImVec2 corners[] = {{left, top}, {right, top}, {right, bottom}, {left, bottom}};
   auto hidden = [&](ImVec2 c) {  // pixels of line inside the box at c, in steps of 2 px
     auto inside = [&](ImVec2 p) { return p.x >= c.x && p.x <= c.x + size.x && p.y >= c.y && p.y <= c.y + size.y; };
     float length = 0;

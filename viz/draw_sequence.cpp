@@ -173,22 +173,28 @@ void draw_sequence(App& app, ImVec2 size) {
   const Timeline& t = s.primary_view();
   ImGui::BeginGroup();
   const float top = ImGui::GetCursorScreenPos().y;
+  const float right = ImGui::GetCursorScreenPos().x + size.x;  // screen x of this area's right edge
+  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);     // the same edge, in window coordinates
   ImGui::TextUnformatted("The sequence, in token order:");
-  ImGui::SameLine();
-  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const Counters& c = t.counters();
-  // Served requests are scheduled by what each strategy frees, so their runs differ.
-  if (t.run().served())
-    ImGui::Text("%s written, %s kept, %s evicted, %s released with their requests (each strategy schedules "
-                "the requests differently)",
-                count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str(), count(c.released).c_str());
-  else if (!s.same_schedule())  // two traces of different runs (kvscope-viz --trace A,B)
-    ImGui::Text("%s written, %s kept, %s evicted (the run on the %s; the other wrote or evicted other tokens)",
-                count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str(),
-                s.primary() == 0 ? "left" : "right");
-  else
-    ImGui::Text("%s written, %s kept, %s evicted (the policy's choice, the same under every strategy)",
-                count(c.written).c_str(), count(c.live()).c_str(), count(c.evicted).c_str());
+  std::string counts = count(c.written) + " written, " + count(c.live()) + " kept, " + count(c.evicted) + " evicted";
+  std::string why = "(the policy's choice, the same under every strategy)";
+  if (t.run().served()) {  // served requests are scheduled by what each strategy frees, so their runs differ
+    counts += ", " + count(c.released) + " released with their requests";
+    why = "(each strategy schedules the requests differently)";
+  } else if (!s.same_schedule()) {  // two traces of different runs (kvscope-viz --trace A,B)
+    why = std::string("(the run on the ") + (s.primary() == 0 ? "left" : "right") +
+          "; the other wrote or evicted other tokens)";
+  }
+  // The counts and the reason on the title's line when they fit there; in a narrow
+  // window, the reason goes on the next line.
+  const std::string line = counts + " " + why;
+  const bool fits = ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x + ImGui::CalcTextSize(line.c_str()).x <= right;
+  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
+  ImGui::SameLine();
+  ImGui::TextWrapped("%s", fits ? line.c_str() : counts.c_str());
+  if (!fits) ImGui::TextWrapped("%s", why.c_str());
+  ImGui::PopTextWrapPos();
   ImGui::PopStyleColor();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(10.0f, size.y - (origin.y - top))};
