@@ -155,8 +155,10 @@ void App::frame(float dt) {
   // The headline, each run's numbers in its strategy's colour, and the legend: always on screen.
   if (title_font) ImGui::PushFont(title_font);
   bool first = true;
-  for (const HeadlinePiece& p : headline_pieces()) {
-    if (!first) ImGui::SameLine();
+  for (const HeadlinePiece& p : headline_pieces()) {  // a piece that does not fit starts a new line
+    if (!first && ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x + ImGui::CalcTextSize(p.text.c_str()).x <=
+                      ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x)
+      ImGui::SameLine();
     first = false;
     if (p.view >= 0) ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(session->view(p.view).run().header.strategy));
     ImGui::TextUnformatted(p.text.c_str());
@@ -164,7 +166,7 @@ void App::frame(float dt) {
   }
   if (title_font) ImGui::PopFont();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  ImGui::TextUnformatted(summary.c_str());
+  ImGui::TextWrapped("%s", summary.c_str());
   ImGui::PopStyleColor();
   draw_legend(*this);
   ImGui::Separator();

@@ -312,9 +312,16 @@ void draw_charts(App& app, ImVec2 size) {
   const float gap = 14;
   const float w = (size.x - gap) / 2;
   const ImVec2 o = ImGui::GetCursorScreenPos();
-  ImGui::TextUnformatted("Tokens evicted and blocks freed, over the run");
-  ImGui::SetCursorScreenPos({o.x + w + gap, o.y});
-  ImGui::TextUnformatted("Memory in use and bytes moved, over the run");
+  // Each title over its chart; in a narrow window without ", over the run", and cut at the chart's edge.
+  auto title = [&](float x, const std::string& text) {
+    const std::string shown = ImGui::CalcTextSize(text.c_str()).x <= w ? text : text.substr(0, text.rfind(", over"));
+    ImGui::SetCursorScreenPos({x, o.y});
+    ImGui::PushClipRect({x, o.y}, {x + w, o.y + ImGui::GetTextLineHeightWithSpacing()}, true);
+    ImGui::TextUnformatted(shown.c_str());
+    ImGui::PopClipRect();
+  };
+  title(o.x, "Tokens evicted and blocks freed, over the run");
+  title(o.x + w + gap, "Memory in use and bytes moved, over the run");
   const float chart_top = o.y + ImGui::GetTextLineHeightWithSpacing();
   const float h = std::max(40.0f, size.y - (chart_top - o.y));
   // Each chart draws inside its own rectangle: in a narrow window a key wider than
