@@ -17,6 +17,7 @@
 #include "evict/triattention.h"
 #include "model/ops.h"
 #include "model/qwen3.h"
+#include "run_kvscope.h"
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -593,6 +594,40 @@ TEST(TriAttention, EnginePrunesToBudget) {
     EXPECT_GE(rounds, 8) << strategy_name(strategy);
     EXPECT_EQ(engine.stats(seq).tokens_seen, 110);
   }
+}
+
+// The noise floor calibrate prints: n unit vectors at random angles, the length of
+// their mean, averaged over many draws, against sqrt(pi / (4 n)).
+TEST(TriNoise, RandomDirectionsGiveSqrtPiOver4n) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> angle(0, 2 * M_PI);
+  for (int n : {16, 64, 256}) {
+    const int draws = 4000;
+    double sum = 0;
+    for (int d = 0; d < draws; ++d) {
+      cd mean = 0;
+      for (int i = 0; i < n; ++i) mean += std::polar(1.0, angle(rng));
+      sum += std::abs(mean) / n;  // |qbar| / m with every |q| = 1
+    }
+    EXPECT_NEAR(sum / draws, tri_noise_ratio(n), 0.04 * tri_noise_ratio(n)) << n;  // the draws' error is ~1.2%
+  }
+  EXPECT_NEAR(tri_noise_ratio(1), 0.886, 0.001);  // one token: the true ratio is 1, the formula is asymptotic
+}
+
+// kvscope calibrate on the tiny model: the table, and the noise floor for the tokens used.
+TEST(TriCalibrateCommand, PrintsTheTableAndTheNoiseFloor) {
+  const std::string out = test::binary_path("calibrate_" + std::to_string(::getpid()) + ".json");
+  const test::ProgramRun r = test::run_kvscope("calibrate --model " + test::tiny_model("tiny-tied") + " --text " +
+                                               test::source_path("assets/model/heldout.txt") +
+                                               " --max-tokens 64 --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokens used: 64 of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| layer | mean ratio | least concentrated head | most concentrated head |"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("would give about sqrt(pi / (4 n)) = 0.111 over these n = 64 tokens"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(TriCalibration::load(out).tokens, 64);
+  std::remove(out.c_str());
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // layer, query head and frequency band (evict/triattention.h), and writes the
 // calibration file that the TriAttention policy reads. Prints a summary: per
 // layer, how concentrated the query directions are (mean |qbar_f| / m_f: 1 when
-// every query of a head points the same way in a band, near 0 when they cancel).
+// every query of a head points the same way in a band, near 0 when they cancel),
+// and the ratio that queries pointing every way would give over as many tokens.
 
 #include <algorithm>
 #include <chrono>
@@ -73,7 +74,7 @@ void run_calibrate(const CalibrateArgs& a) {
   cal.save(a.out);
 
   const ModelConfig& c = model.config;
-  std::printf("kvscope calibrate: %s on %s\n", a.model_dir.c_str(), a.text.c_str());
+  std::printf("kvscope calibrate: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
   std::printf("tokens used: %lld of %zu in the text, in chunks of up to %d (a fresh sequence each)\n",
               (long long)cal.tokens, in_text, cal.chunk);
   std::printf("wrote %s: %d layers x %d query heads x %d bands\n\n", a.out.c_str(), c.num_layers, c.num_heads,
@@ -100,6 +101,9 @@ void run_calibrate(const CalibrateArgs& a) {
     }
     std::printf("| %d | %.3f | %.3f | %.3f |\n", l, layer_sum / c.num_heads, lo, hi);
   }
+  std::printf("\nQueries pointing every way at random would give about sqrt(pi / (4 n)) = %.3f over these n = %lld "
+              "%s:\nratios near it are noise, not a direction.\n",
+              tri_noise_ratio(cal.tokens), (long long)cal.tokens, cal.tokens == 1 ? "token" : "tokens");
 }
 
 }  // namespace

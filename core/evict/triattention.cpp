@@ -84,6 +84,8 @@ namespace kvscope {
 //               paper's setting is slack 128, recent 128.
 // ============================================================================
 
+double tri_noise_ratio(int64_t n) { return std::sqrt(M_PI / (4.0 * double(n))); }
+
 double tri_omega(int band, int head_dim, double theta) {
   // Same expression, same f32 rounding as rope() in model/ops.cpp.
   return double(1.0f / std::pow(float(theta), float(2 * band) / float(head_dim)));

@@ -96,6 +96,12 @@ struct CalibrateOptions {
 // kvscope::Error for no tokens or a chunk outside [1, max_position_embeddings].
 TriCalibration calibrate(const Model& model, const std::vector<int>& tokens, const CalibrateOptions& options = {});
 
+// The ratio |qbar_f| / m_f that n queries of one length give when they point every
+// way at random: the sum of n random unit vectors in the plane has a length of
+// about sqrt(pi n) / 2 (a Rayleigh distribution), so the ratio is about
+// sqrt(pi / (4 n)). A calibration's ratios near it say nothing about a direction.
+double tri_noise_ratio(int64_t n);
+
 // The offsets delta of the future query positions a key is scored for:
 // D = t - p + delta, delta in {1, 2, 4, ..., 65536}.
 inline constexpr int kTriOffsets = 17;

@@ -103,6 +103,8 @@ int main() {
     const double period = 2 * M_PI / tri_omega(f, c.head_dim, c.rope_theta);
     std::printf("  %6d   %27.0f   %13.2f\n", f, period, conc[f]);
   }
+  std::printf("Queries pointing every way at random would give about %.3f (sqrt(pi / (4 n)), n = %s).\n",
+              tri_noise_ratio(cal.tokens), commas(cal.tokens).c_str());
 
   const auto windows = text_windows(tokenizer, repo_path(dir + "/heldout.txt"), kT + kFuture);
   const EvictionSchedule schedule{kBudget, 0, kSinks, kRecent};
