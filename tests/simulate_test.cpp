@@ -291,6 +291,13 @@ TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
   expect_one_line_error("simulate --budget 16", "smaller than the protected tokens");
 }
 
+TEST(SimulateCommand, OneTokenIsSaidInTheSingular) {
+  const ProgramRun r = run_kvscope("simulate --tokens 1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("kvscope simulate: 1 token in blocks of 16: a full cache takes 1 block, 3.67 MB", 0), 0u)
+      << r.output;
+}
+
 // A flag the chosen mode would not use is refused, not dropped: --evict beside
 // --budget (once, the budget won without a word), --slack outside streaming.
 TEST(SimulateCommand, FlagsTheModeWouldNotUseAreRefused) {

@@ -225,8 +225,8 @@ void print_table(const std::vector<MemoryStrategy>& which, const std::vector<std
 
 void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
   const int64_t blocks = (c.tokens + c.block_size - 1) / c.block_size;
-  std::printf("kvscope simulate: %s tokens in blocks of %d: a full cache takes %s blocks, %s (%s bytes per token)\n",
-              count(c.tokens).c_str(), c.block_size, count(blocks).c_str(),
+  std::printf("kvscope simulate: %s token%s in blocks of %d: a full cache takes %s block%s, %s (%s bytes per token)\n",
+              count(c.tokens).c_str(), c.tokens == 1 ? "" : "s", c.block_size, count(blocks).c_str(), blocks == 1 ? "" : "s",
               bytes(double(blocks) * c.block_size * double(c.bytes_per_token)).c_str(),
               count(c.bytes_per_token).c_str());
   if (c.streaming)
