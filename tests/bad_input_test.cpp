@@ -108,6 +108,12 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
                         "heads: sinks + recent (2147483647 + 2147483647) must be fewer than the window's tokens");
   expect_one_line_error("eval --context 2147483647",
                         "eval: context + continuation (2147483679) is longer than the model's max_position_embeddings");
+  // Its bytes did not fit a size_t: "a KV memory budget of 0 bytes".
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory must be from 0 to 1000000000 MB, got 1e+300");
+  // prompt + new overflowed an int, and a pool of 134 million blocks was allocated.
+  expect_one_line_error(kTiny + "--prompt hi -n 2147483647",
+                        "generate: 2 prompt + 2147483647 new tokens need 2147483648 positions (the last new token "
+                        "is never fed), more than the model's max_position_embeddings (512)");
   // A window no longer than sinks + recent has no other keys to measure ("[36, 0)" before).
   expect_one_line_error("heads --length 0", "heads: sinks + recent (4 + 32) must be fewer than the window's tokens (--length 0)");
   expect_one_line_error("heads --sinks 600", "heads: sinks + recent (600 + 32) must be fewer than the window's tokens (--length 512)");
@@ -312,12 +318,6 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.01",
                         "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
   expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory must be from 0 to 1000000000 MB, got -1");
-  // Its bytes did not fit a size_t: "a KV memory budget of 0 bytes".
-  expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory must be from 0 to 1000000000 MB, got 1e+300");
-  // prompt + new overflowed an int, and a pool of 134 million blocks was allocated.
-  expect_one_line_error(kTiny + "--prompt hi -n 2147483647",
-                        "generate: 2 prompt + 2147483647 new tokens need 2147483648 positions (the last new token "
-                        "is never fed), more than the model's max_position_embeddings (512)");
 }
 
 TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
