@@ -80,6 +80,14 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("eval --windows 1 --context 64 --block-size 0",
                         "eval: the block size must be between 1 and 256, got 0");
   expect_one_line_error("eval --windows 1 --context 64 --keep 0", "eval: a kept fraction must be between 0 and 1 (got 0)");
+  // Once "forward: position 512 is past ..." from inside the first window.
+  expect_one_line_error("heads --model '" + test::tiny_model("tiny-tied") + "' --length 600",
+                        "heads: --length 600 is longer than the model's max_position_embeddings (512)");
+  // A budget whose first round never comes: the row was the full cache's under another name.
+  expect_one_line_error("eval --windows 1 --context 64 --keep 0.9",
+                        "eval: keeping 0.9 of a 64-token context is 58 tokens, and a round starts at 58 + 16 (--slack) "
+                        "= 74 live tokens, more than the context: nothing would be evicted; lower --keep or --slack, "
+                        "or raise --context");
   // eval's budgets come from --keep x --context: the message says so, not "budget 6".
   expect_one_line_error("eval --windows 1 --context 64",
                         "eval: keeping 0.1 of a 64-token context is 6 tokens, fewer than the protected 4 sinks + 32 "
@@ -206,7 +214,7 @@ TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   std::fclose(f);
   const std::string expected = text + ": not valid UTF-8 (byte offset 50): a text file is expected";
   const std::string tiny = " --model '" + test::tiny_model("tiny-tied") + "'";
-  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.9 --text " + text, expected);
+  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --text " + text, expected);
   expect_one_line_error("heads" + tiny + " --text " + text, expected);
   expect_one_line_error("calibrate" + tiny + " --text " + text + " --out " + test::binary_path("never.json"), expected);
   expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + text, expected);

@@ -113,6 +113,10 @@ TEST(Eval, RefusesBadSettingsWithAMessage) {
   EXPECT_THROW(evaluate(m, w, s), Error);
   s.keep = {0.05};   // 8 tokens < sinks + recent
   EXPECT_THROW(evaluate(m, w, s), Error);
+  s.keep = {0.97};   // 155 + 8 slack > 160: no round would come within the context
+  EXPECT_THROW(evaluate(m, w, s), Error);
+  s.keep = {0.9};    // 144 + 8 <= 160: one round
+  EXPECT_NO_THROW(check_eval_settings(s, m.config.max_position_embeddings));
   s = small_settings();
   s.policies = {"triattention"};   // no calibration file
   EXPECT_THROW(evaluate(m, w, s), Error);

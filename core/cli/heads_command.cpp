@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "eval/heads.h"
 #include "eval/windows.h"
+#include "model/config.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -47,6 +48,10 @@ void run_heads(const HeadsArgs& a) {
   check_head_settings(a.settings, a.length);  // before the model loads
   if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  const int positions = load_config_file(a.model_dir + "/config.json").max_position_embeddings;
+  if (a.length > positions)  // said before the model runs, not from inside its first window
+    throw Error("heads: --length " + std::to_string(a.length) + " is longer than the model's max_position_embeddings (" +
+                std::to_string(positions) + ")");
   const Model model = load_model(a.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const auto windows = text_windows(tokenizer, a.text, a.length, a.windows);

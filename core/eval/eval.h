@@ -64,8 +64,10 @@ struct EvalReport {
 using EvalProgress = std::function<void(int done, int total)>;
 
 // kvscope::Error if a setting is out of range: context < 2, continuation < 1,
-// context + continuation past the model's positions, keep outside (0, 1), a bad
-// block size. Needs no model or text: eval calls it before loading either.
+// context + continuation past the model's positions, keep outside (0, 1), a budget
+// below sinks + recent or whose first round (budget + slack live tokens) would
+// not come within the context, a bad block size. Needs no model or text: eval
+// calls it before loading either.
 void check_eval_settings(const EvalSettings& settings, int max_position_embeddings);
 
 // windows: token ids, each at least context + 1 long (the +1 is the last target).
