@@ -313,6 +313,16 @@ TEST(BadInput, MoreThreadsThanTheMachineHasIsAWarning) {
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 1").err.find("warning"), std::string::npos);
 }
 
+// Eviction asked for, in a run too short for its first round: said before the text
+// (the stats' "0 rounds" came after it).
+TEST(BadInput, EvictionThatWillNeverRunIsAWarning) {
+  const ProgramRun r = run_kvscope(kTiny + "--prompt hi -n 4 --budget 40");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("kvscope: warning: --budget 40 + --slack 128 = 168 live tokens start a round, and this run "
+                        "feeds 5 (2 prompt + 4 new - 1): nothing will be evicted\n", 0), 0u) << r.err;
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 200 --budget 40").err.find("warning"), std::string::npos);
+}
+
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   // tiny-tied: 2 layers x 16 slots x 64 K and 64 V floats = 16384 bytes a block.
   const ModelConfig c = load_config(test::tiny_model("tiny-tied"));

@@ -387,6 +387,11 @@ TEST(ServeBench, BadInputIsAClearError) {
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 50000").output,
             "kvscope: error: --prompt-len 50000 + --output-len 256 exceed the model's max_position_embeddings "
             "(2048)\n");
+  // Requests too short for a round: the evicting rows were the "none" row under other names.
+  EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 16 --output-len 4").output,
+            "kvscope: error: --budget 64 + --slack 32 = 96 live tokens start a round, and a request feeds 19 "
+            "(--prompt-len + --output-len - 1): nothing would be evicted under holes; lower --budget or --slack, or "
+            "raise the lengths\n");
   // More requests than the memory holds, said before the model loads (it was "out of memory").
   const test::ProgramRun many = test::run_kvscope("serve-bench --requests 2147483647");
   EXPECT_EQ(many.code, 1) << many.output;

@@ -120,6 +120,12 @@ void run_generate(const GenerateArgs& a) {
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
   if (tokenizer.encode(text).empty()) throw Error("the prompt is empty");
   const std::vector<int> prompt = tokenizer.with_special_tokens(tokenizer.encode(text));  // BOS first, if the model has one
+  const int64_t fed = int64_t(prompt.size()) + std::max(a.n - 1, 0);  // the last new token is never fed
+  if (a.budget > 0 && int64_t(a.budget) + a.slack > fed)
+    print_warnings({"--budget " + std::to_string(a.budget) + " + --slack " + std::to_string(a.slack) + " = " +
+                    std::to_string(int64_t(a.budget) + a.slack) + " live tokens start a round, and this run feeds " +
+                    std::to_string(fed) + " (" + std::to_string(prompt.size()) + " prompt + " + std::to_string(a.n) +
+                    " new - 1): nothing will be evicted"});
 
   GenerateOptions options;
   options.max_new_tokens = a.n;
