@@ -289,6 +289,10 @@ TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
   expect_one_line_error("simulate --policy snapkv", "simulate has no model");
   expect_one_line_error("simulate --trace x.trace", "--trace records one run");
   expect_one_line_error("simulate --budget 16", "smaller than the protected tokens");
+  // Once a table of zeros with "rounds 0".
+  expect_one_line_error("simulate --tokens 100 --budget 64",
+                        "simulate: a round starts at --budget 64 + --slack 128 = 192 live tokens, and only 100 are "
+                        "written: nothing would be evicted; raise --tokens, or lower --budget or --slack");
 }
 
 TEST(SimulateCommand, OneTokenIsSaidInTheSingular) {

@@ -269,6 +269,12 @@ void run_simulate(const SimulateArgs& a) {
   const SimulationConfig base = base_config(a);
   const std::vector<MemoryStrategy> which = strategies(a.strategy);
   for (MemoryStrategy s : which) check_simulation_config(run_config(a, base, s, 0));  // before anything is printed
+  const int64_t first_round = int64_t(base.schedule.budget) + base.schedule.slack;  // live tokens that start a round
+  if (base.streaming && first_round > base.tokens)  // a table of zeros, and "rounds 0"
+    throw Error("simulate: a round starts at --budget " + std::to_string(base.schedule.budget) + " + --slack " +
+                std::to_string(base.schedule.slack) + " = " + std::to_string(first_round) + " live tokens, and only " +
+                std::to_string(base.tokens) + " are written: nothing would be evicted; raise --tokens, or lower "
+                "--budget or --slack");
   print_setup(a, base);
   std::fflush(stdout);
   const auto results = run_all(a, base, which);
