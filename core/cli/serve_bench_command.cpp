@@ -116,8 +116,6 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
   }
 }
 
-// Request i's prompt: `len` tokens of the text from offset i * len (wrapping), or
-// random ids below `vocab` when there is no text.
 // What the requests themselves hold, before any K/V: the prompts, and in every
 // strategy's kept run (and the one running) each request's copy of its prompt and
 // its output. A lower bound, said before the model loads; --requests 2147483647
@@ -132,6 +130,8 @@ void check_requests_fit_in_memory(const ServeBenchArgs& a) {
                            (a.strategies.size() == 1 ? " strategy" : " strategies") + " (lower --requests)");
 }
 
+// Request i's prompt: `len` tokens of the text from offset i * len (wrapping), or
+// random ids below `vocab` when there is no text.
 std::vector<std::vector<int>> make_prompts(const std::vector<int>& text, int n, int len, int vocab, uint64_t seed) {
   std::vector<std::vector<int>> prompts(static_cast<size_t>(n));
   SplitMix64 rng(seed);

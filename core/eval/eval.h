@@ -71,8 +71,8 @@ using EvalProgress = std::function<void(int done, int total)>;
 void check_eval_settings(const EvalSettings& settings, int max_position_embeddings);
 
 // windows: token ids, each at least context + 1 long (the +1 is the last target).
-// kvscope::Error on bad settings (keep outside (0, 1), a budget below sinks + recent,
-// a window too short, TriAttention without a calibration file).
+// kvscope::Error on bad settings (check_eval_settings), a window too short, or
+// TriAttention without a calibration file.
 EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& windows, const EvalSettings& settings,
                     const EvalProgress& progress = {});
 
