@@ -91,7 +91,7 @@ void run_attention_bench(const AttentionBenchArgs& a) {
     const LiveSlots keys = live_slots(cache, seq);
     const int table_slots = int(cache.sequence(seq).blocks.size()) * block_size;
 
-    for (int T : {1, std::min(a.queries, n)}) {
+    for (int T : query_rows(a.queries, n)) {  // the last T tokens of the context are the queries
       std::vector<float> q(size_t(T) * c.q_dim()), out_flash(q.size()), out_eager(q.size());
       for (float& x : q) x = 2.0f * uniform();
       std::vector<int64_t> q_pos(static_cast<size_t>(T));

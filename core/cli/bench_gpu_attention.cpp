@@ -124,7 +124,7 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
   for (int n : a.eager_contexts) {
     GpuLayer layer(n, 0.0, k, v, block_size);
     const int table = layer.kv.table_slots;
-    for (int T : {1, std::min(a.queries, n)}) {
+    for (int T : query_rows(a.queries, n)) {
       std::fprintf(stderr, "eager vs flash, context %d, %d queries...\n", n, T);
       std::vector<int> pos(static_cast<size_t>(T));
       for (int t = 0; t < T; ++t) pos[t] = n - T + t;  // the last T tokens of the context

@@ -1,11 +1,14 @@
 // Small helpers shared by the `kvscope bench ...` commands: a clock, the CPU's
-// name for the table header, a percentage cell, and the process's peak memory (Linux).
+// name for the table header, the attention rows' query counts, a percentage cell,
+// and the process's peak memory (Linux).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace kvscope::cli {
 
@@ -18,6 +21,13 @@ inline std::string cpu_name() {
   for (std::string line; std::getline(in, line);)
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "unknown CPU";
+}
+
+// The query counts of the attention benchmarks' rows at a context of n tokens: 1 (a
+// decode step), then min(queries, n) (a chunk of prefill) when that is more than 1.
+inline std::vector<int> query_rows(int queries, int n) {
+  const int chunk = std::min(queries, n);
+  return chunk > 1 ? std::vector<int>{1, chunk} : std::vector<int>{1};
 }
 
 // 100 * part / whole as "42%", or "n/a" when the whole is not known (0: e.g. a peak

@@ -1,0 +1,33 @@
+// The benchmark tables' shape (not their timings, which belong to the tables):
+// which rows a command prints for the options given.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <string>
+
+#include "run_kvscope.h"
+
+namespace kvscope {
+namespace {
+
+// The table rows of `output`: its lines that start with "| " and a digit.
+int rows(const std::string& output) {
+  int n = 0;
+  for (size_t at = output.find("\n| "); at != std::string::npos; at = output.find("\n| ", at + 1))
+    n += at + 3 < output.size() && std::isdigit(static_cast<unsigned char>(output[at + 3]));
+  return n;
+}
+
+// A decode row (1 query) and a chunk row per context; once, with one query (or a
+// context of one token), the chunk row was the decode row again.
+TEST(BenchAttention, OneRowPerQueryCountAndContext) {
+  const test::ProgramRun two = test::run_kvscope("bench attention --contexts 16,32 --queries 8 --repeats 1");
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_EQ(rows(two.output), 4) << two.output;
+  const test::ProgramRun one = test::run_kvscope("bench attention --contexts 1,16 --queries 1 --repeats 1");
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_EQ(rows(one.output), 2) << one.output;
+}
+
+}  // namespace
+}  // namespace kvscope
