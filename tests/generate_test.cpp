@@ -83,6 +83,15 @@ TEST(Generate, RefusesMoreTokensThanTheModelHasPositions) {
   EXPECT_EQ(run(m, {1, 2}, o).size(), 511u);
   o.max_new_tokens = 512;
   EXPECT_THROW(run(m, {1, 2}, o), Error);
+  // No new tokens: the prompt alone is too long, and the message says no more than that.
+  o.max_new_tokens = 0;
+  try {
+    run(m, std::vector<int>(513, 1), o);
+    ADD_FAILURE() << "a 513-token prompt ran on 512 positions";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "generate: 513 prompt + 0 new tokens need 513 positions, more than the model's "
+                           "max_position_embeddings (512)");
+  }
   EXPECT_THROW(run(m, {}, GenerateOptions{}), Error);
 }
 
