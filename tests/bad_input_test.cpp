@@ -205,6 +205,14 @@ TEST(BadInput, PromptThatIsNotUtf8) {
   expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
 }
 
+// eval's default policies include TriAttention: on a model folder without a
+// calibration the way out is said (once "...triattention-calibration.json: cannot open").
+TEST(BadInput, EvalOnAModelWithoutACalibrationSaysWhatToDo) {
+  expect_one_line_error("eval --model '" + test::tiny_model("tiny-tied") + "' --context 64 --keep 0.7",
+                        "eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "
+                        "--calibration, or leave triattention out of --policies");
+}
+
 TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   // Once "prompt is not valid UTF-8", naming neither the file nor the option.
   const std::string text = test::binary_path("not_utf8_" + std::to_string(::getpid()) + ".txt");

@@ -70,7 +70,10 @@ void run_eval(EvalArgs a) {
   if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
   EvalSettings& s = a.settings;
-  if (s.calibration.empty()) s.calibration = a.calibration.empty() ? a.model_dir + "/triattention-calibration.json" : a.calibration;
+  // The calibration as given, else the model folder's when it has one (as generate and serve-bench take it).
+  const std::string folder_calibration = a.model_dir + "/triattention-calibration.json";
+  if (s.calibration.empty()) s.calibration = !a.calibration.empty() ? a.calibration
+                                             : file_exists(folder_calibration) ? folder_calibration : "";
   check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads
   const Model model = load_model(a.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");

@@ -169,7 +169,8 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
   for (int p = 0; p < n_policies; ++p) {
     const std::string& name = s.policies[p];
     if (name == "triattention" && s.calibration.empty())
-      throw Error("eval: the triattention policy needs a calibration file (kvscope calibrate)");
+      throw Error("eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "
+                  "--calibration, or leave triattention out of --policies");
     if (name != "oracle") factories[p] = policy_factory(name, s.seed, s.calibration, model.config);
   }
 
