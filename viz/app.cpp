@@ -156,9 +156,7 @@ void App::frame(float dt) {
   if (title_font) ImGui::PushFont(title_font);
   bool first = true;
   for (const HeadlinePiece& p : headline_pieces()) {  // a piece that does not fit starts a new line
-    if (!first && ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x + ImGui::CalcTextSize(p.text.c_str()).x <=
-                      ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x)
-      ImGui::SameLine();
+    if (!first) same_line_if_fits(ImGui::CalcTextSize(p.text.c_str()).x);
     first = false;
     if (p.view >= 0) ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(session->view(p.view).run().header.strategy));
     ImGui::TextUnformatted(p.text.c_str());

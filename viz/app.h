@@ -125,6 +125,12 @@ void draw_pool(App& app, int view, ImVec2 size);
 void draw_sequence(App& app, ImVec2 size);
 void draw_charts(App& app, ImVec2 size);
 
+// Whether `w` more pixels fit after the last item, on its line, before the window's
+// right edge; same_line_if_fits continues the line when they do (a narrow window
+// wraps rows instead of cutting them off). In draw_controls.cpp.
+bool fits_after_last_item(float w);
+void same_line_if_fits(float w);
+
 // A strategy as a title: "holes only", "hole reuse", "compaction".
 const char* strategy_title(MemoryStrategy s);
 

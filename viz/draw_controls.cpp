@@ -290,11 +290,13 @@ void draw_controls(App& app, ImVec2) {
   ImGui::TextDisabled("space play/pause, arrows step,\nshift+arrows a round, Home/End");
 }
 
-// Continues the row when `w` more pixels fit in the window, else starts a new one
-// (a narrow window wraps the transport bar instead of cutting it off).
-static void same_line_if_fits(float w) {
+bool fits_after_last_item(float w) {
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
-  if (ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x + w <= right) ImGui::SameLine();
+  return ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x + w <= right;
+}
+
+void same_line_if_fits(float w) {
+  if (fits_after_last_item(w)) ImGui::SameLine();
 }
 
 void draw_transport(App& app, float width) {

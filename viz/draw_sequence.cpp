@@ -173,8 +173,7 @@ void draw_sequence(App& app, ImVec2 size) {
   const Timeline& t = s.primary_view();
   ImGui::BeginGroup();
   const float top = ImGui::GetCursorScreenPos().y;
-  const float right = ImGui::GetCursorScreenPos().x + size.x;  // screen x of this area's right edge
-  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);     // the same edge, in window coordinates
+  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);  // this area's right edge, in window coordinates
   ImGui::TextUnformatted("The sequence, in token order:");
   const Counters& c = t.counters();
   std::string counts = count(c.written) + " written, " + count(c.live()) + " kept, " + count(c.evicted) + " evicted";
@@ -189,7 +188,7 @@ void draw_sequence(App& app, ImVec2 size) {
   // The counts and the reason on the title's line when they fit there; in a narrow
   // window, the reason goes on the next line.
   const std::string line = counts + " " + why;
-  const bool fits = ImGui::GetItemRectMax().x + ImGui::GetStyle().ItemSpacing.x + ImGui::CalcTextSize(line.c_str()).x <= right;
+  const bool fits = fits_after_last_item(ImGui::CalcTextSize(line.c_str()).x);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   ImGui::SameLine();
   ImGui::TextWrapped("%s", fits ? line.c_str() : counts.c_str());
