@@ -121,9 +121,10 @@ void run_generate(const GenerateArgs& a) {
   if (tokenizer.encode(text).empty()) throw Error("the prompt is empty");
   const std::vector<int> prompt = tokenizer.with_special_tokens(tokenizer.encode(text));  // BOS first, if the model has one
   const int64_t fed = int64_t(prompt.size()) + std::max(a.n - 1, 0);  // the last new token is never fed
-  if (a.budget > 0 && int64_t(a.budget) + a.slack > fed)
+  const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};  // validated by check_args
+  if (schedule.enabled() && schedule.round_starts_at() > fed)
     print_warnings({"--budget " + std::to_string(a.budget) + " + --slack " + std::to_string(a.slack) + " = " +
-                    std::to_string(int64_t(a.budget) + a.slack) + " live tokens start a round, and this run feeds " +
+                    std::to_string(schedule.round_starts_at()) + " live tokens start a round, and this run feeds " +
                     std::to_string(fed) + " (" + std::to_string(prompt.size()) + " prompt + " + std::to_string(a.n) +
                     " new - 1): nothing will be evicted"});
 
@@ -135,7 +136,7 @@ void run_generate(const GenerateArgs& a) {
   options.engine.block_size = a.block_size;
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.backend = backend;
-  options.engine.schedule = {a.budget, a.slack, a.sinks, a.recent};
+  options.engine.schedule = schedule;
   std::string calibration = a.calibration;   // default: the model folder's, if it has one
   if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
     calibration = a.model_dir + "/triattention-calibration.json";

@@ -99,9 +99,9 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
   for (const std::string& strategy : a.strategies) {
     const EvictionSchedule s = engine_for_strategy(strategy, evicting).schedule;  // "none": no budget
     const bool evicts = s.enabled();
-    if (evicts && int64_t(s.budget) + s.slack > context)  // its row would be "none" under another name
+    if (evicts && s.round_starts_at() > context)  // its row would be "none" under another name
       throw Error("--budget " + std::to_string(s.budget) + " + --slack " + std::to_string(s.slack) + " = " +
-                  std::to_string(int64_t(s.budget) + s.slack) + " live tokens start a round, and a request feeds " +
+                  std::to_string(s.round_starts_at()) + " live tokens start a round, and a request feeds " +
                   std::to_string(context) + " (--prompt-len + --output-len - 1): nothing would be evicted under " +
                   strategy + "; lower --budget or --slack, or raise the lengths");
     const int need = blocks_a_request_needs(s, int(context), a.chunk, a.block_size);

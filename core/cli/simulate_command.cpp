@@ -231,7 +231,7 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
               count(c.bytes_per_token).c_str());
   if (c.streaming)
     std::printf("streaming: one token at a time, %s policy prunes to %d whenever %d are live; workload %s\n",
-                c.policy.c_str(), c.schedule.budget, c.schedule.budget + c.schedule.slack, c.workload.c_str());
+                c.policy.c_str(), c.schedule.budget, c.schedule.round_starts_at(), c.workload.c_str());
   else if (c.schedule.budget > 0)
     std::printf("one-shot: %s policy keeps %d tokens in one round; workload %s\n", c.policy.c_str(), c.schedule.budget,
                 c.workload.c_str());
@@ -269,7 +269,7 @@ void run_simulate(const SimulateArgs& a) {
   const SimulationConfig base = base_config(a);
   const std::vector<MemoryStrategy> which = strategies(a.strategy);
   for (MemoryStrategy s : which) check_simulation_config(run_config(a, base, s, 0));  // before anything is printed
-  const int64_t first_round = int64_t(base.schedule.budget) + base.schedule.slack;  // live tokens that start a round
+  const int first_round = base.schedule.round_starts_at();  // validated above: fits an int
   if (base.streaming && first_round > base.tokens)  // a table of zeros, and "rounds 0"
     throw Error("simulate: a round starts at --budget " + std::to_string(base.schedule.budget) + " + --slack " +
                 std::to_string(base.schedule.slack) + " = " + std::to_string(first_round) + " live tokens, and only " +

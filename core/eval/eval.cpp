@@ -148,7 +148,7 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
                   std::to_string(schedule.budget) + " tokens, fewer than the protected " + std::to_string(s.sinks) +
                   " sinks + " + std::to_string(s.recent) + " recent: raise --keep or --context, or lower --sinks and --recent");
     schedule.validate();
-    const int64_t first_round = int64_t(schedule.budget) + s.slack;  // live tokens when the first round starts
+    const int first_round = schedule.round_starts_at();  // live tokens when the first round starts
     if (first_round > s.context)  // the row would be the full cache's under another name
       throw Error("eval: keeping " + number_text(k) + " of a " + std::to_string(s.context) + "-token context is " +
                   std::to_string(schedule.budget) + " tokens, and a round starts at " + std::to_string(schedule.budget) +

@@ -38,7 +38,9 @@ struct EvictionSchedule {
   int recent = 32;  // the newest tokens, always kept
 
   bool enabled() const { return budget > 0; }
-  bool due(int live) const { return enabled() && live >= budget + slack; }
+  // The live tokens at which a round starts. Fits an int once validate() passed.
+  int round_starts_at() const { return budget + slack; }
+  bool due(int live) const { return enabled() && live >= round_starts_at(); }
   // kvscope::Error if a value is out of range or the budget cannot hold the
   // protected tokens.
   void validate() const;
