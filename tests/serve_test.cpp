@@ -387,6 +387,12 @@ TEST(ServeBench, BadInputIsAClearError) {
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 50000").output,
             "kvscope: error: --prompt-len 50000 + --output-len 256 exceed the model's max_position_embeddings "
             "(2048)\n");
+  // A chunk near INT_MAX (a whole prompt at once): budget + slack - 1 + chunk overflowed an int
+  // in the pool check, which then passed any --blocks. The whole context is what one request needs.
+  EXPECT_EQ(test::run_kvscope("serve-bench --blocks 16 --chunk 2147483647 --strategies holes").output,
+            "kvscope: error: --blocks 16: under strategy holes one request needs 32 blocks of 16 at once (up to budget "
+            "+ slack - 1 tokens between rounds, plus a prefill chunk): give --blocks 32, or lower --budget, --slack or "
+            "--chunk\n");
   // Requests too short for a round: the evicting rows were the "none" row under other names.
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 16 --output-len 4").output,
             "kvscope: error: --budget 64 + --slack 32 = 96 live tokens start a round, and a request feeds 19 "

@@ -17,7 +17,7 @@ Scheduler::Scheduler(Engine& engine, const ServeConfig& config) : engine_(engine
 // budget as soon as it reaches budget + slack, so at most budget + slack - 1 plus
 // one step's tokens, if compaction gives every emptied slot back.
 static int max_live(const EvictionSchedule& s, int context, int chunk) {
-  return s.enabled() ? std::min(context, s.budget + s.slack - 1 + chunk) : context;
+  return s.enabled() ? int(std::min<int64_t>(context, int64_t(s.round_starts_at()) - 1 + chunk)) : context;  // chunk may be INT_MAX
 }
 
 int blocks_a_request_needs(const EvictionSchedule& s, int context, int chunk, int block_size) {
