@@ -125,7 +125,8 @@ void add_bench_attention_command(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(kPositive);
-  cmd->add_option("--queries", args->queries, "Queries in the chunk row (a piece of prefill)")
+  cmd->add_option("--queries", args->queries,
+                  "Queries in the chunk row (a piece of prefill); at a shorter context, the whole context")
       ->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--repeats", args->repeats, "Runs per measurement; the best is reported")

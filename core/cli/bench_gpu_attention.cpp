@@ -175,7 +175,10 @@ void add_bench_gpu_attention_command(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(kPositive);
-  cmd->add_option("--queries", args->queries, "Queries in the chunk rows")->capture_default_str()->check(kPositive);
+  cmd->add_option("--queries", args->queries,
+                  "Queries in the chunk rows (a piece of prefill); at a shorter context, the whole context")
+      ->capture_default_str()
+      ->check(kPositive);
   cmd->add_option("--calls", args->calls, "Back-to-back calls per timing")->capture_default_str()->check(kPositive);
   cmd->callback([args] {
 #ifdef KVSCOPE_HAVE_CUDA
