@@ -321,6 +321,25 @@ TEST(BadInput, MoreThreadsThanTheMachineHasIsAWarning) {
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 1").err.find("warning"), std::string::npos);
 }
 
+// bench decode measures a list of thread counts: the same warning for the largest. And
+// a bandwidth probe small enough to sit in the L3 cache measures the cache, not DRAM.
+TEST(BadInput, BenchDecodeWarnsOfTooManyThreadsAndAProbeTheCacheHolds) {
+  const std::string over = std::to_string(sysconf(_SC_NPROCESSORS_CONF) + 1);  // more than this process may use
+  const std::string bench = "bench decode --config '" + test::tiny_model("tiny-tied") +
+                            "/config.json' --weights f32 --prompt-tokens 8 --decode-tokens 2 --bandwidth-gib 0.001 ";
+  const ProgramRun r = run_kvscope(bench + "--threads 1," + over);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("kvscope: warning: --threads " + over + " is more than the ", 0), 0u) << r.err;
+  EXPECT_NE(r.out.find("streaming sum over 1.0 MiB"), std::string::npos) << r.out;  // not "0.0 GiB"
+  const bool l3_known = sysconf(_SC_LEVEL3_CACHE_SIZE) > 0;
+  EXPECT_EQ(r.err.find("kvscope: warning: --bandwidth-gib 0.001 is less than twice the L3 cache") != std::string::npos,
+            l3_known)
+      << r.err;
+  const ProgramRun one = run_kvscope(bench + "--threads 1");
+  EXPECT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(one.err.find("--threads"), std::string::npos) << one.err;
+}
+
 // Eviction asked for, in a run too short for its first round: said before the text
 // (the stats' "0 rounds" came after it).
 TEST(BadInput, EvictionThatWillNeverRunIsAWarning) {

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -45,6 +46,7 @@ struct Row {
 
 void run_bench(const BenchArgs& a) {
   check_distinct(a.threads, "--threads");
+  warn_if_more_than_cores(*std::max_element(a.threads.begin(), a.threads.end()));
   check_distinct(a.weights, "--weights");
   const ModelConfig config = load_config_file(a.config);
   if (a.prompt_tokens < 1 || a.decode_tokens < 1) throw Error("--prompt-tokens and --decode-tokens must be >= 1");
@@ -63,6 +65,17 @@ void run_bench(const BenchArgs& a) {
                   a.bandwidth_gib);
     throw Error(message);
   }
+  // A probe that fits in the last-level cache reads the cache, not DRAM, and every limit
+  // below would be too high. (glibc reports the whole chip's L3; 0 or -1 when unknown.)
+  const long l3_bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3_bytes > 0 && a.bandwidth_gib * double(1u << 30) < 2.0 * double(l3_bytes)) {
+    char message[200];
+    std::snprintf(message, sizeof message,
+                  "--bandwidth-gib %g is less than twice the L3 cache this system reports (%.0f MiB): the probe "
+                  "reads the cache, not DRAM, and the limits below are too high",
+                  a.bandwidth_gib, double(l3_bytes) / double(1u << 20));
+    print_warnings({message});
+  }
 
   std::printf("kvscope bench: %s (%.2fB parameters), random weights\n", shown_path(a.config).c_str(),
               double(config.parameter_count()) / 1e9);
@@ -72,8 +85,9 @@ void run_bench(const BenchArgs& a) {
   std::vector<double> bandwidth;
   for (int t : a.threads) {
     bandwidth.push_back(measure_read_bandwidth_gbs(size_t(a.bandwidth_gib * (1u << 30)), t, 5));
-    std::printf("DRAM read bandwidth, %d thread%s: %.1f GB/s (streaming sum over %.1f GiB, best of 5)\n", t,
-                t == 1 ? "" : "s", bandwidth.back(), a.bandwidth_gib);
+    const bool gib = a.bandwidth_gib >= 0.1;  // "0.0 GiB" hides a 1 MiB probe
+    std::printf("DRAM read bandwidth, %d thread%s: %.1f GB/s (streaming sum over %.1f %s, best of 5)\n", t,
+                t == 1 ? "" : "s", bandwidth.back(), gib ? a.bandwidth_gib : a.bandwidth_gib * 1024, gib ? "GiB" : "MiB");
   }
   // More threads reading slower than fewer: something else was running on these cores,
   // and every limit (and "decode / limit") below is off by as much.

@@ -48,6 +48,8 @@ void check_distinct(const std::vector<T>& values, const std::string& flag) {
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);
+// A warning on stderr when `threads` is more than this machine's hardware threads.
+void warn_if_more_than_cores(int threads);
 
 // A path as output shows it: relative to the working directory when inside it
 // (so the bundled model's files print the same on every checkout).

@@ -44,13 +44,17 @@ const CLI::Validator kPositive = number_check(0, true, kHuge, "POSITIVE");
 const CLI::Validator kNonNegative = number_check(0, false, kHuge, "NONNEGATIVE");
 const CLI::Validator kFraction = number_check(0, false, 1, "FRACTION");
 
-void set_threads(int threads) {
-  if (threads < 0) throw Error("--threads must be >= 0");
-  if (threads == 0) return;
+void warn_if_more_than_cores(int threads) {
   const int cores = omp_get_num_procs();  // hardware threads this process may use
   if (threads > cores)
     print_warnings({"--threads " + std::to_string(threads) + " is more than the " + std::to_string(cores) +
                     " hardware threads here: the extra threads take turns and slow the run"});
+}
+
+void set_threads(int threads) {
+  if (threads < 0) throw Error("--threads must be >= 0");
+  if (threads == 0) return;
+  warn_if_more_than_cores(threads);
   omp_set_num_threads(threads);
 }
 
