@@ -139,7 +139,8 @@ TEST(BadInput, AListGivenTheSameValueTwiceIsRefused) {
 
 TEST(BadInput, SamplingFlagsAreCheckedBeforeAnythingIsPrinted) {
   const std::string sampled = "generate --model '" + test::tiny_model("tiny-tied") + "' --prompt hi ";
-  expect_one_line_error(sampled + "--temperature -1", "temperature must be >= 0 (0: greedy), got -1");
+  expect_one_line_error(sampled + "--temperature -1", "temperature must be a finite number >= 0 (0: greedy), got -1");
+  expect_one_line_error(sampled + "--temperature inf", "temperature must be a finite number >= 0 (0: greedy), got inf");
   expect_one_line_error(sampled + "--top-k -2", "top-k must be >= 0 (0: all tokens), got -2");
   expect_one_line_error(sampled + "--top-p 2", "top-p must be in (0, 1], got 2");
   EXPECT_EQ(run_kvscope(sampled + "--top-p 0").out, "") << "the prompt was printed before the error";

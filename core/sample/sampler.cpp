@@ -18,7 +18,7 @@ int argmax(const float* x, int n) {
 
 Sampler::Sampler(const SamplerConfig& config) : config_(config), rng_(config.seed) {
   if (!(config.temperature >= 0) || !std::isfinite(config.temperature))
-    throw Error("temperature must be >= 0 (0: greedy), got " + number_text(config.temperature));
+    throw Error("temperature must be a finite number >= 0 (0: greedy), got " + number_text(config.temperature));
   if (config.top_k < 0) throw Error("top-k must be >= 0 (0: all tokens), got " + std::to_string(config.top_k));
   if (!(config.top_p > 0 && config.top_p <= 1)) throw Error("top-p must be in (0, 1], got " + number_text(config.top_p));
 }
