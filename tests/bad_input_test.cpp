@@ -243,6 +243,12 @@ TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {
   EXPECT_EQ(eval.code, 0) << eval.err;
   EXPECT_NE(eval.out.find(expected), std::string::npos) << eval.out;
   EXPECT_EQ(run_kvscope("heads --windows 4 --length 128 --from 64").out.find("asked for more"), std::string::npos);
+  // One window is "1 window", not "1 windows".
+  EXPECT_NE(run_kvscope("heads --windows 1 --length 128 --from 64").out.find("\n1 window of 128 tokens; "),
+            std::string::npos);
+  EXPECT_NE(run_kvscope("eval --windows 1 --context 128 --continuation 4 --policies streaming --keep 0.5")
+                .out.find("\n1 window of 128 tokens, "),
+            std::string::npos);
 }
 
 // A pool larger than the machine's memory is refused by name before any of it is
