@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "format.h"
+#include "util/format.h"
 #include "palette.h"
 #include "util/error.h"
 

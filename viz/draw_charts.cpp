@@ -13,7 +13,7 @@
 #include <functional>
 
 #include "app.h"
-#include "format.h"
+#include "util/format.h"
 #include "palette.h"
 
 namespace kvscope::viz {

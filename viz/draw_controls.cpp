@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "app.h"
-#include "format.h"
+#include "util/format.h"
 #include "palette.h"
 #include "sim/synthetic.h"
 
@@ -164,17 +164,17 @@ void counters(App& app) {
     ImGui::TableSetupColumn(s.view(v).run().label.c_str(), ImGuiTableColumnFlags_WidthStretch, 1.0f);
   ImGui::TableHeadersRow();
   using C = const Counters&;
-  row(s, "tokens written", "SlotWritten events: positions used, all sequences", [](C c) { return count(c.written); });
-  row(s, "live tokens", "written - evicted - released", [](C c) { return count(c.live()); });
+  row(s, "tokens written", "SlotWritten events: positions used, all sequences", [](C c) { return commas(c.written); });
+  row(s, "live tokens", "written - evicted - released", [](C c) { return commas(c.live()); });
   row(s, "tokens evicted", "SlotEvicted events in eviction rounds / tokens written",
       [](C c) { return percent(c.evicted_fraction()); });
   if (s.view(0).run().served())
     row(s, "tokens released", "SlotEvicted events outside rounds: a request finished or preempted, released whole",
-        [](C c) { return count(c.released); });
-  row(s, "blocks in use", "blocks owned by a sequence (the replayed Occupancy)", [](C c) { return count(c.blocks_in_use); });
+        [](C c) { return commas(c.released); });
+  row(s, "blocks in use", "blocks owned by a sequence (the replayed Occupancy)", [](C c) { return commas(c.blocks_in_use); });
   row(s, "full-cache blocks",
       "ceil(positions used / block size), per sequence not released: the same sequences with no eviction",
-      [](C c) { return count(c.full_cache_blocks); });
+      [](C c) { return commas(c.full_cache_blocks); });
   row(s, "blocks freed", "1 - blocks in use / full-cache blocks (- once every sequence is released)",
       [](C c) { return percent(c.blocks_freed_fraction()); });
   if (s.view(0).run().served())
@@ -189,8 +189,8 @@ void counters(App& app) {
   row(s, "reclaimed", "(full-cache blocks - blocks in use) x block size x bytes per token",
       [](C c) { return bytes(double(c.bytes_reclaimed())); });
   row(s, "bytes moved", "SlotMoved events x bytes per token (compaction's copies)", [](C c) { return bytes(double(c.bytes_moved())); });
-  row(s, "peak blocks", "the most blocks in use so far", [](C c) { return count(c.peak_blocks); });
-  row(s, "rounds", "RoundEnd events", [](C c) { return count(c.rounds); });
+  row(s, "peak blocks", "the most blocks in use so far", [](C c) { return commas(c.peak_blocks); });
+  row(s, "rounds", "RoundEnd events", [](C c) { return commas(c.rounds); });
   ImGui::EndTable();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   // What a slot costs: one figure, or one per run when two traces of different models are shown.
@@ -331,8 +331,8 @@ void draw_transport(App& app, float width) {
   same_line_if_fits(ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize("animate").x);
   ImGui::Checkbox("animate", &s.animate);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("pause between phases and slide the compaction moves");
-  const std::string where = s.phase(s.primary()) + "  |  event " + count(int64_t(s.cursor())) + " of " +
-                            count(int64_t(s.length()));
+  const std::string where = s.phase(s.primary()) + "  |  event " + commas(int64_t(s.cursor())) + " of " +
+                            commas(int64_t(s.length()));
   same_line_if_fits(ImGui::CalcTextSize(where.c_str()).x);
   ImGui::TextDisabled("%s", where.c_str());
 

@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "app.h"
-#include "format.h"
+#include "util/format.h"
 #include "palette.h"
 
 namespace kvscope::viz {
@@ -104,14 +104,14 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::Text("%s", strategy_title(strategy));
   ImGui::PopStyleColor();
   ImGui::SameLine();
-  ImGui::Text(" %s of %s blocks in use  |  %s freed  |  %s", count(c.blocks_in_use).c_str(),
-              count(t.occupancy().num_blocks()).c_str(), percent(c.blocks_freed_fraction()).c_str(),
+  ImGui::Text(" %s of %s blocks in use  |  %s freed  |  %s", commas(c.blocks_in_use).c_str(),
+              commas(t.occupancy().num_blocks()).c_str(), percent(c.blocks_freed_fraction()).c_str(),
               bytes(double(c.memory_in_use())).c_str());
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const std::string phase = s.phase(view);
   ImGui::Text("%s  |  %s blocks of %d slots  |  %s",
-              phase.c_str(), count(t.occupancy().num_blocks()).c_str(), t.occupancy().block_size(),
-              c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + count(c.moved) + " slots)").c_str()
+              phase.c_str(), commas(t.occupancy().num_blocks()).c_str(), t.occupancy().block_size(),
+              c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + " slots)").c_str()
                       : "no bytes moved");
   ImGui::PopStyleColor();
   ImGui::PopTextWrapPos();

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "app.h"
-#include "format.h"
+#include "util/format.h"
 #include "palette.h"
 
 namespace kvscope::viz {
@@ -176,10 +176,10 @@ void draw_sequence(App& app, ImVec2 size) {
   ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);  // this area's right edge, in window coordinates
   ImGui::TextUnformatted("The sequence, in token order:");
   const Counters& c = t.counters();
-  std::string counts = count(c.written) + " written, " + count(c.live()) + " kept, " + count(c.evicted) + " evicted";
+  std::string counts = commas(c.written) + " written, " + commas(c.live()) + " kept, " + commas(c.evicted) + " evicted";
   std::string why = "(the policy's choice, the same under every strategy)";
   if (t.run().served()) {  // served requests are scheduled by what each strategy frees, so their runs differ
-    counts += ", " + count(c.released) + " released with their requests";
+    counts += ", " + commas(c.released) + " released with their requests";
     why = "(each strategy schedules the requests differently)";
   } else if (!s.same_schedule()) {  // two traces of different runs (kvscope-viz --trace A,B)
     why = std::string("(the run on the ") + (s.primary() == 0 ? "left" : "right") +

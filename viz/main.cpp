@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "app.h"
-#include "format.h"
+#include "util/format.h"
 #include "imgui_impl_glfw.h"
 #include "imgui_impl_opengl3.h"
 #include "palette.h"
@@ -201,7 +201,7 @@ int bench() {
     int blocks = 0;
     for (int v = 0; v < app.session->views(); ++v) blocks += app.session->view(v).occupancy().num_blocks();
     std::printf("%-44s %9s blocks  record %6.2f s  replay+chart %5.2f s  frame %6.2f ms (worst %.2f)\n", what,
-                count(blocks).c_str(), rec_s, load_s, total / n, worst);
+                commas(blocks).c_str(), rec_s, load_s, total / n, worst);
   };
   std::printf("kvscope-viz --bench-frame: CPU time to build a 1600x1000 frame (ImGui draw lists, no rendering)\n");
   RunSettings one;

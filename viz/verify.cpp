@@ -7,7 +7,7 @@
 #include <climits>
 
 #include "app.h"
-#include "format.h"
+#include "util/format.h"
 #include "palette.h"
 
 namespace kvscope::viz {
@@ -78,12 +78,12 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
                     kClassNames[want] + ", the image shows " + kClassNames[got] + ")";
         }
       }
-    report += "verify: " + name + ": the cache has " + count(expected[kLiveSlot]) + " live, " +
-              count(expected[kHoleSlot]) + " holes, " + count(expected[kRoomSlot]) + " unwritten, " +
-              count(expected[kFreeSlot]) + " free slots; the image shows " + count(seen[kLiveSlot]) + " live, " +
-              count(seen[kHoleSlot]) + " holes, " + count(seen[kRoomSlot]) + " unwritten, " + count(seen[kFreeSlot]) +
-              " free, " + count(seen[kUnknown]) + " unrecognised: " +
-              (wrong ? count(wrong) + " slots differ" + first : std::string("all match")) + "\n";
+    report += "verify: " + name + ": the cache has " + commas(expected[kLiveSlot]) + " live, " +
+              commas(expected[kHoleSlot]) + " holes, " + commas(expected[kRoomSlot]) + " unwritten, " +
+              commas(expected[kFreeSlot]) + " free slots; the image shows " + commas(seen[kLiveSlot]) + " live, " +
+              commas(seen[kHoleSlot]) + " holes, " + commas(seen[kRoomSlot]) + " unwritten, " + commas(seen[kFreeSlot]) +
+              " free, " + commas(seen[kUnknown]) + " unrecognised: " +
+              (wrong ? commas(wrong) + " slots differ" + first : std::string("all match")) + "\n";
     if (wrong) ok = false;
   }
   return report;

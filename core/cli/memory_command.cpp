@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/memory.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -27,16 +28,6 @@ struct MemoryArgs {
   std::string config;
   MemoryBudget budget;
 };
-
-// 32762123264 -> "32,762,123,264".
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
 
 // Bytes as KiB: "256 KiB" when exact, "2.25 KiB" otherwise.
 std::string kib(int64_t bytes) {
@@ -75,7 +66,7 @@ void print_kv_table(const ModelConfig& c, int chosen_kv_bits) {
   std::printf("KV cache per token = 2 (K and V) x layers x KV heads x head_dim x bytes per element\n");
   for (int bits : widths)
     std::printf("  %2d-bit: %-*s  %7s tokens per GiB%s\n", bits, int(formula_width), kv_formula(c, bits).c_str(),
-                with_commas(kv_tokens_per_gib(c, bits)).c_str(), bits == chosen_kv_bits ? "  <- --kv-bits" : "");
+                commas(kv_tokens_per_gib(c, bits)).c_str(), bits == chosen_kv_bits ? "  <- --kv-bits" : "");
 }
 
 void run_memory(const MemoryArgs& a) {
@@ -92,10 +83,10 @@ void run_memory(const MemoryArgs& a) {
   print_kv_table(c, b.kv_bits);
 
   const int64_t params = c.parameter_count();
-  std::printf("\nWeights: %s parameters (computed from the config; %s)\n", with_commas(params).c_str(),
+  std::printf("\nWeights: %s parameters (computed from the config; %s)\n", commas(params).c_str(),
               c.tie_word_embeddings ? "lm_head tied to the embeddings, counted once" : "lm_head and embeddings separate");
   std::printf("  at %d bits: %s bytes = %s (no quantization scales counted)\n\n", b.weight_bits,
-              with_commas(weight_bytes(c, b.weight_bits)).c_str(), gb(fit.weight_bytes).c_str());
+              commas(weight_bytes(c, b.weight_bits)).c_str(), gb(fit.weight_bytes).c_str());
 
   std::printf("Fit on a %g GB GPU (1 GB = 1e9 bytes), K/V at %d bits:\n", b.gpu_gb, b.kv_bits);
   int w = 9;  // the column of GB, as wide as its widest entry
@@ -106,7 +97,7 @@ void run_memory(const MemoryArgs& a) {
   std::printf("  - %*s  reserve: CUDA context, activations, allocator slack (--reserve-gb)\n", w, gb(fit.reserve_bytes).c_str());
   std::printf("  = %*s  free for the KV cache\n", w, gb(fit.free_bytes).c_str());
   std::printf("  / %" PRId64 " bytes per token = %s tokens = %s blocks of %d tokens\n", fit.kv_bytes_per_token,
-              with_commas(fit.tokens).c_str(), with_commas(fit.blocks).c_str(), b.block_size);
+              commas(fit.tokens).c_str(), commas(fit.blocks).c_str(), b.block_size);
   if (!fit.weights_fit)
     std::printf("\nthe weights alone do not fit: %s of weights > %s of GPU memory\n", gb(fit.weight_bytes).c_str(),
                 gb(fit.gpu_bytes).c_str());

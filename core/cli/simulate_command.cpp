@@ -27,6 +27,7 @@
 #include "sim/synthetic.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -43,35 +44,6 @@ struct SimulateArgs {
   std::string trace;
   bool slack_given = false;  // --slack on the command line (only streaming uses it)
 };
-
-// ---- formatting --------------------------------------------------------------
-
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-// Decimal units, three significant digits: 433000000 -> "433 MB".
-std::string bytes(double b) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (std::fabs(b) >= 1000 && u < 5) b /= 1000, ++u;
-  if (u == 0) return fmt("%.0f B", b);
-  return fmt(std::fabs(b) < 10 ? "%.2f " : std::fabs(b) < 100 ? "%.1f " : "%.0f ", b) + units[u];
-}
-
-std::string percent(double f) { return fmt("%.1f%%", 100 * f); }
-
-// 16000 -> "16,000".
-std::string count(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 // ---- the runs ----------------------------------------------------------------
 
@@ -155,7 +127,7 @@ void write_run_trace(const SimulateArgs& a, const SimulationConfig& c, const Sim
   if (c.streaming) h.meta["slack"] = std::to_string(c.schedule.slack);
   if (!c.streaming && c.schedule.budget == 0) h.meta["evict"] = fmt("%g", c.evict_fraction);
   write_trace(a.trace, h, r.events);
-  std::printf("\ntrace: %s events written to %s\n", count(int64_t(r.events.size())).c_str(), a.trace.c_str());
+  std::printf("\ntrace: %s events written to %s\n", commas(int64_t(r.events.size())).c_str(), a.trace.c_str());
 }
 
 // ---- the table ---------------------------------------------------------------
@@ -168,7 +140,7 @@ struct RowSpec {
 };
 
 std::string show_percent(double v) { return percent(v); }
-std::string show_count(double v) { return count(std::llround(v)); }
+std::string show_count(double v) { return commas(std::llround(v)); }
 std::string show_bytes(double v) { return bytes(v); }
 
 std::vector<RowSpec> row_specs(const SimulationConfig& c) {
@@ -226,9 +198,9 @@ void print_table(const std::vector<MemoryStrategy>& which, const std::vector<std
 void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
   const int64_t blocks = (c.tokens + c.block_size - 1) / c.block_size;
   std::printf("kvscope simulate: %s token%s in blocks of %d: a full cache takes %s block%s, %s (%s bytes per token)\n",
-              count(c.tokens).c_str(), c.tokens == 1 ? "" : "s", c.block_size, count(blocks).c_str(), blocks == 1 ? "" : "s",
+              commas(c.tokens).c_str(), c.tokens == 1 ? "" : "s", c.block_size, commas(blocks).c_str(), blocks == 1 ? "" : "s",
               bytes(double(blocks) * c.block_size * double(c.bytes_per_token)).c_str(),
-              count(c.bytes_per_token).c_str());
+              commas(c.bytes_per_token).c_str());
   if (c.streaming)
     std::printf("streaming: one token at a time, %s policy prunes to %d whenever %d are live; workload %s\n",
                 c.policy.c_str(), c.schedule.budget, c.schedule.round_starts_at(), c.workload.c_str());

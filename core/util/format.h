@@ -1,4 +1,5 @@
-// Number formatting for the screen: "16,000", "87.5%", "3.67 GB".
+// Numbers as people read them, on the screen and in the command-line tables:
+// "16,000", "87.5%", "3.67 GB".
 #pragma once
 
 #include <cmath>
@@ -6,8 +7,9 @@
 #include <cstdio>
 #include <string>
 
-namespace kvscope::viz {
+namespace kvscope {
 
+// snprintf of one number: fmt("%.2f", 0.5) -> "0.50".
 inline std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
@@ -15,8 +17,9 @@ inline std::string fmt(const char* format, double v) {
 }
 
 // 16000 -> "16,000".
-inline std::string count(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out = n < 0 ? "-" : "";
+inline std::string commas(int64_t n) {
+  const uint64_t magnitude = n < 0 ? 0 - uint64_t(n) : uint64_t(n);  // INT64_MIN has no positive int64
+  std::string digits = std::to_string(magnitude), out = n < 0 ? "-" : "";
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
@@ -41,4 +44,4 @@ inline std::string bytes(double b) {
   return fmt(std::fabs(b) < 10 ? "%.2f " : std::fabs(b) < 100 ? "%.1f " : "%.0f ", b) + units[u];
 }
 
-}  // namespace kvscope::viz
+}  // namespace kvscope

@@ -1,0 +1,41 @@
+// util/format.h: the numbers of the app's screen and of the command-line tables.
+#include "util/format.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace kvscope {
+namespace {
+
+TEST(Format, CommasEveryThreeDigits) {
+  EXPECT_EQ(commas(0), "0");
+  EXPECT_EQ(commas(999), "999");
+  EXPECT_EQ(commas(1000), "1,000");
+  EXPECT_EQ(commas(16000), "16,000");
+  EXPECT_EQ(commas(32762123264), "32,762,123,264");
+  EXPECT_EQ(commas(-1234567), "-1,234,567");
+  EXPECT_EQ(commas(std::numeric_limits<int64_t>::min()), "-9,223,372,036,854,775,808");
+}
+
+TEST(Format, BytesInDecimalUnitsWithThreeSignificantDigits) {
+  EXPECT_EQ(bytes(0), "0 B");
+  EXPECT_EQ(bytes(999), "999 B");
+  EXPECT_EQ(bytes(1000), "1.00 kB");
+  EXPECT_EQ(bytes(65536), "65.5 kB");
+  EXPECT_EQ(bytes(433e6), "433 MB");
+  EXPECT_EQ(bytes(3.67e9), "3.67 GB");
+  EXPECT_EQ(bytes(-1920), "-1.92 kB");
+}
+
+TEST(Format, PercentAndNotANumber) {
+  EXPECT_EQ(percent(0.8751), "87.5%");
+  EXPECT_EQ(percent(0.12, 0), "12%");
+  EXPECT_EQ(percent(1), "100.0%");
+  EXPECT_EQ(percent(std::nan("")), "-");
+}
+
+}  // namespace
+}  // namespace kvscope
