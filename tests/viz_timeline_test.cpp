@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <random>
 
 #include "cache/trace.h"
@@ -293,6 +295,19 @@ TEST(VizSession, OneScheduleIsToldByItsEventsNotByTheirCount) {
   ASSERT_EQ(two.view(0).logical_size(), two.view(1).logical_size()) << "this test needs runs of equal counts";
   EXPECT_TRUE(one.same_schedule());
   EXPECT_FALSE(two.same_schedule());
+}
+
+// The app keys what it keeps across frames (the chart keys' corners) on Session::id():
+// a new session of the same runs, even one built at the old one's address, is new.
+TEST(VizSession, EverySessionHasItsOwnId) {
+  const Recording rec = record(small_streaming(), {});
+  auto first = std::make_unique<Session>(rec.runs);
+  const uint64_t id = first->id();
+  EXPECT_NE(id, 0u);
+  first.reset();
+  const auto second = std::make_unique<Session>(rec.runs);
+  EXPECT_NE(second->id(), 0u);
+  EXPECT_NE(second->id(), id);
 }
 
 TEST(VizSession, PlaybackSlidesEachCompactionBatchAndReachesTheEnd) {

@@ -106,23 +106,16 @@ std::vector<Key> fitted(std::vector<Key> keys, const Frame& f) {
 // measured in pixels of line under the box (a steep drop is few samples but a long
 // line). Top left unless another corner hides less than half as much. Measured over
 // the whole run, so it stays put while the run plays; measured again only when the
-// run, the plot or the key's size changes (`last`: one per chart).
+// session, the plot or the key's size changes (`last`: one per chart).
 struct KeyPlace {
-  const Sample* history = nullptr;
-  size_t samples = 0;
-  double end = 0;  // the lines' values at the run's end: a new run in the same memory differs here
+  uint64_t session = 0;  // Session::id(), never 0
   ImVec2 a, b, size, at;
 };
 
-ImVec2 key_corner(const Frame& f, ImVec2 size, const std::vector<Sample>& h, const std::vector<Line>& lines,
-                  KeyPlace& last) {
+ImVec2 key_corner(const Frame& f, ImVec2 size, const Session& s, const std::vector<Line>& lines, KeyPlace& last) {
   auto same = [](ImVec2 p, ImVec2 q) { return p.x == q.x && p.y == q.y; };
-  double end = h.empty() ? 0 : double(h.back().x);
-  for (const Line& line : lines)
-    if (!h.empty() && !std::isnan(line.y(h.back()))) end += line.y(h.back());
-  if (last.history == h.data() && last.samples == h.size() && last.end == end && same(last.a, f.a) &&
-      same(last.b, f.b) && same(last.size, size))
-    return last.at;
+  if (last.session == s.id() && same(last.a, f.a) && same(last.b, f.b) && same(last.size, size)) return last.at;
+  const std::vector<Sample>& h = s.history();
   // A key wider (or taller) than the plot starts at its left (top) edge in every
   // corner: its labels' ends are cut at the chart's edge, never their beginnings.
   const float left = f.a.x + 6, right = std::max(left, f.b.x - 6 - size.x);
@@ -150,7 +143,7 @@ ImVec2 key_corner(const Frame& f, ImVec2 size, const std::vector<Sample>& h, con
   float least = top_left;
   for (int i = 1; i < 4; ++i)
     if (const float x = hidden(corners[i]); x < least && x < top_left / 2) least = x, best = corners[i];
-  last = {h.data(), h.size(), end, f.a, f.b, size, best};
+  last = {s.id(), f.a, f.b, size, best};
   return best;
 }
 
@@ -248,7 +241,7 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
                     percent(c0.expected_freed_fraction()), palette::kExpectedLine, true});
   keys = fitted(std::move(keys), f);
   static KeyPlace placed;
-  key_box(dl, key_corner(f, key_size(keys), h, lines, placed), keys);
+  key_box(dl, key_corner(f, key_size(keys), s, lines, placed), keys);
   cursor_and_seek(app, f, origin, size, "fraction-chart");
 }
 
@@ -302,7 +295,7 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   }
   keys = fitted(std::move(keys), f);
   static KeyPlace placed;
-  key_box(dl, key_corner(f, key_size(keys), h, lines, placed), keys);
+  key_box(dl, key_corner(f, key_size(keys), s, lines, placed), keys);
   cursor_and_seek(app, f, origin, size, "memory-chart");
 }
 

@@ -1,6 +1,7 @@
 #include "timeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "util/error.h"
@@ -204,6 +205,8 @@ SlotRef Timeline::locate(int seq, int64_t pos) const {
 // ---- Session -------------------------------------------------------------------
 
 Session::Session(std::vector<std::shared_ptr<const Run>> runs) {
+  static std::atomic<uint64_t> sessions{0};  // runs are recorded on a background thread
+  id_ = ++sessions;
   if (runs.empty() || runs.size() > 2) throw Error("a session shows one or two runs");
   for (auto& r : runs) views_.emplace_back(std::move(r));
   // The clock follows the run with compaction moves: the others wait while it slides.

@@ -199,6 +199,9 @@ class Session {
   size_t flash_from(int i) const { return std::min(flash_[size_t(i)], views_[size_t(i)].cursor()); }
   // The chart series, built once over the whole run.
   const std::vector<Sample>& history() const { return history_; }
+  // Different for every Session this process makes: the key of anything drawn from
+  // one and kept across frames (a new run may land at the same address).
+  uint64_t id() const { return id_; }
 
  private:
   void follow();  // puts the other views at the primary's logical position
@@ -219,6 +222,7 @@ class Session {
   std::vector<size_t> flash_;                              // [view]
   std::deque<std::pair<double, std::vector<size_t>>> trail_;  // (clock, cursors) while playing
   std::vector<Sample> history_;
+  uint64_t id_;
 };
 
 }  // namespace kvscope::viz
