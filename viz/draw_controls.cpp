@@ -324,9 +324,10 @@ void draw_transport(App& app, float width) {
   ImGui::BeginDisabled(s.primary_view().moves() == 0);
   if (ImGui::Button("move >")) s.step(Unit::Move, +1);
   ImGui::EndDisabled();
-  ImGui::SameLine();
+  const float speed_width = 170;
+  same_line_if_fits(speed_width + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize("events/s").x);
   float speed = float(s.speed);
-  ImGui::SetNextItemWidth(170);
+  ImGui::SetNextItemWidth(speed_width);
   if (ImGui::SliderFloat("events/s", &speed, 10.0f, 2e6f, "%.0f", ImGuiSliderFlags_Logarithmic)) s.speed = speed;
   same_line_if_fits(ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize("animate").x);
   ImGui::Checkbox("animate", &s.animate);
