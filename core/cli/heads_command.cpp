@@ -85,7 +85,7 @@ void run_heads(const HeadsArgs& a) {
   const int n = c.num_layers * c.num_heads;
   std::printf("%d of %d heads give half their attention or more to the first %d tokens, %d to the newest %d;\n",
               sinks, n, s.sinks, locals, s.recent);
-  std::printf("in %d, the top 10%% of the other keys take half or more of the rest.\n", heavies);
+  std::printf("in %d of them, the top 10%% of the other keys take half or more of the rest.\n", heavies);
 }
 
 }  // namespace
