@@ -177,13 +177,13 @@ void draw_sequence(App& app, ImVec2 size) {
   ImGui::TextUnformatted("The sequence, in token order:");
   const Counters& c = t.counters();
   std::string counts = commas(c.written) + " written, " + commas(c.live()) + " kept, " + commas(c.evicted) + " evicted";
+  const std::string shown = std::string("the run on the ") + (s.primary() == 0 ? "left" : "right");
   std::string why = "(the policy's choice, the same under every strategy)";
   if (t.run().served()) {  // served requests are scheduled by what each strategy frees, so their runs differ
     counts += ", " + commas(c.released) + " released with their requests";
-    why = "(each strategy schedules the requests differently)";
+    why = s.views() > 1 ? "(" + shown + "; each strategy schedules the requests differently)" : "(a row per request)";
   } else if (!s.same_schedule()) {  // two traces of different runs (kvscope-viz --trace A,B)
-    why = std::string("(the run on the ") + (s.primary() == 0 ? "left" : "right") +
-          "; the other wrote or evicted other tokens)";
+    why = "(" + shown + "; the other wrote or evicted other tokens)";
   }
   // The counts and the reason on the title's line when they fit there; in a narrow
   // window, the reason goes on the next line.
