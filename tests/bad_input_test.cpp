@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "cache/kv_cache.h"
@@ -249,6 +250,36 @@ TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {
   EXPECT_NE(run_kvscope("eval --windows 1 --context 128 --continuation 4 --policies streaming --keep 0.5")
                 .out.find("\n1 window of 128 tokens, "),
             std::string::npos);
+}
+
+// eval and heads read the model folder's heldout.txt when it has one, as serve-bench
+// does (they read the bundled model's text whatever --model said); without one, the
+// bundled model's. The first line names the text.
+TEST(HeldOutText, TheModelFoldersOwnComesFirst) {
+  const std::string name = "model_with_text_" + std::to_string(::getpid());
+  const std::filesystem::path dir = test::binary_path(name);
+  std::filesystem::create_directories(dir);
+  const auto overwrite = std::filesystem::copy_options::overwrite_existing;
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"})
+    std::filesystem::copy_file(test::tiny_model("tiny-tied") + "/" + f, dir / f, overwrite);
+  std::filesystem::copy_file(test::source_path("assets/model/heldout.txt"), dir / "heldout.txt", overwrite);
+  // `command` on a model folder; the first line ends with the text it read.
+  auto first_line = [](const std::string& command, const std::string& model) {
+    const ProgramRun r = run_kvscope(command + " --model '" + model + "'");
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.out.substr(0, r.out.find('\n') + 1);
+  };
+  for (const std::string command :
+       {"heads --windows 1 --length 64 --from 48 --recent 8",
+        "eval --windows 1 --context 64 --continuation 2 --policies streaming --keep 0.75 --recent 8"}) {
+    const std::string own = first_line(command, dir.string());
+    EXPECT_NE(own.find(" on "), std::string::npos) << own;
+    EXPECT_NE(own.find(name + "/heldout.txt\n", own.find(" on ")), std::string::npos) << own;
+    const std::string bundled = first_line(command, test::tiny_model("tiny-tied"));
+    EXPECT_NE(bundled.find(" on "), std::string::npos) << bundled;
+    EXPECT_NE(bundled.find("assets/model/heldout.txt\n", bundled.find(" on ")), std::string::npos) << bundled;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // A pool larger than the machine's memory is refused by name before any of it is

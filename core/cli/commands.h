@@ -46,6 +46,15 @@ void check_distinct(const std::vector<T>& values, const std::string& flag) {
       }
 }
 
+// The bundled model (assets/model): the default --model of every command that runs one.
+std::string bundled_model_dir();
+// Before a command loads `model_dir`: the bundled model, when its files are missing, is
+// an error that says so (a folder the user gave gets the loader's own message).
+void check_bundled_model_present(const std::string& model_dir);
+// The held-out text of eval and heads: --text as given; else the model folder's
+// heldout.txt when it has one (as serve-bench takes it); else the bundled model's.
+std::string held_out_text(const std::string& text, const std::string& model_dir);
+
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);
 // A warning on stderr when `threads` is more than this machine's hardware threads.

@@ -28,11 +28,9 @@ namespace kvscope::cli {
 
 namespace {
 
-const std::string kBundled = std::string(KVSCOPE_ASSETS_DIR) + "/model";
-
 struct EvalArgs {
-  std::string model_dir = kBundled;
-  std::string text = kBundled + "/heldout.txt";
+  std::string model_dir = bundled_model_dir();
+  std::string text;          // default: held_out_text()
   std::string calibration;   // default: MODEL/triattention.json
   std::string json;
   int windows = 0;           // 0 = every document long enough
@@ -67,8 +65,8 @@ void run_eval(EvalArgs a) {
   const std::vector<std::string>& policies = a.settings.policies;
   if (!a.calibration.empty() && std::find(policies.begin(), policies.end(), "triattention") == policies.end())
     throw Error("--calibration is for the triattention policy, and --policies leaves it out");
-  if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
-    throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  check_bundled_model_present(a.model_dir);
+  a.text = held_out_text(a.text, a.model_dir);
   EvalSettings& s = a.settings;
   // The calibration as given, else the model folder's when it has one (as generate and serve-bench take it).
   const std::string folder_calibration = a.model_dir + "/triattention-calibration.json";
@@ -117,7 +115,9 @@ void add_eval_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("eval", "Every eviction policy at several budgets on held-out text: "
                                               "perplexity, agreement with the full cache, blocks freed");
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder")->capture_default_str();
-  cmd->add_option("--text", args->text, "Held-out text; documents separated by <|endoftext|>")->capture_default_str();
+  cmd->add_option("--text", args->text,
+                  "Held-out text; documents separated by <|endoftext|> (default: MODEL/heldout.txt, else the bundled "
+                  "model's)");
   cmd->add_option("--context", s.context, "Tokens per window, teacher-forced one at a time")->capture_default_str();
   cmd->add_option("--continuation", s.continuation, "Greedy tokens compared after each window")->capture_default_str();
   cmd->add_option("--windows", args->windows, "At most N windows (0 = one per long-enough document)")

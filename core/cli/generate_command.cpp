@@ -21,7 +21,7 @@ namespace kvscope::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir = std::string(KVSCOPE_ASSETS_DIR) + "/model";  // the bundled model
+  std::string model_dir = bundled_model_dir();
   std::string prompt;
   int n = 64;
   bool chat = false;
@@ -107,8 +107,7 @@ void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
   check_args(a);
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
-  if (a.model_dir == std::string(KVSCOPE_ASSETS_DIR) + "/model" && !file_exists(a.model_dir + "/config.json"))
-    throw Error(a.model_dir + ": no bundled model there yet; pass --model DIR (e.g. tests/models/tiny-tied)");
+  check_bundled_model_present(a.model_dir);
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   print_warnings(model.warnings);
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");

@@ -18,17 +18,14 @@
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
-#include "util/file.h"
 
 namespace kvscope::cli {
 
 namespace {
 
-const std::string kBundled = std::string(KVSCOPE_ASSETS_DIR) + "/model";
-
 struct HeadsArgs {
-  std::string model_dir = kBundled;
-  std::string text = kBundled + "/heldout.txt";
+  std::string model_dir = bundled_model_dir();
+  std::string text;  // default: held_out_text()
   int length = 512;
   int windows = 4;
   int threads = 0;
@@ -46,21 +43,21 @@ void run_heads(const HeadsArgs& a) {
   set_threads(a.threads);
   if (a.windows < 1) throw Error("--windows must be at least 1");
   check_head_settings(a.settings, a.length);  // before the model loads
-  if (a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
-    throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  check_bundled_model_present(a.model_dir);
+  const std::string text = held_out_text(a.text, a.model_dir);
   const int positions = load_config_file(a.model_dir + "/config.json").max_position_embeddings;
   if (a.length > positions)  // said before the model runs, not from inside its first window
     throw Error("heads: --length " + std::to_string(a.length) + " is longer than the model's max_position_embeddings (" +
                 std::to_string(positions) + ")");
   const Model model = load_model(a.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
-  const auto windows = text_windows(tokenizer, a.text, a.length, a.windows);
+  const auto windows = text_windows(tokenizer, text, a.length, a.windows);
   const HeadSettings& s = a.settings;
   const std::vector<HeadStats> stats = head_stats(model, windows, s);
   const HeadStats even = uniform_head_stats(a.length, s);
 
   const ModelConfig& c = model.config;
-  std::printf("kvscope heads: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
+  std::printf("kvscope heads: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(text).c_str());
   std::printf("%zu window%s of %d tokens; queries at positions %d..%d, one at a time, full cache\n", windows.size(),
               windows.size() == 1 ? "" : "s", a.length, s.from, a.length - 1);
   if (int(windows.size()) < a.windows)
@@ -95,7 +92,9 @@ void add_heads_command(CLI::App& app) {
   HeadSettings& s = args->settings;
   CLI::App* cmd = app.add_subcommand("heads", "What each attention head looks at: sinks, local tokens, heavy hitters");
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder")->capture_default_str();
-  cmd->add_option("--text", args->text, "Held-out text; documents separated by <|endoftext|>")->capture_default_str();
+  cmd->add_option("--text", args->text,
+                  "Held-out text; documents separated by <|endoftext|> (default: MODEL/heldout.txt, else the bundled "
+                  "model's)");
   cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
   cmd->add_option("--from", s.from, "First query position measured")->capture_default_str();
   cmd->add_option("--windows", args->windows, "At most N windows (one per document) to average over")->capture_default_str();

@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvscope::cli {
 
@@ -43,6 +44,19 @@ constexpr double kHuge = std::numeric_limits<double>::max();
 const CLI::Validator kPositive = number_check(0, true, kHuge, "POSITIVE");
 const CLI::Validator kNonNegative = number_check(0, false, kHuge, "NONNEGATIVE");
 const CLI::Validator kFraction = number_check(0, false, 1, "FRACTION");
+
+std::string bundled_model_dir() { return std::string(KVSCOPE_ASSETS_DIR) + "/model"; }
+
+void check_bundled_model_present(const std::string& model_dir) {
+  if (model_dir == bundled_model_dir() && !file_exists(model_dir + "/config.json"))
+    throw Error("the bundled model is missing (" + model_dir + "/config.json); give --model DIR");
+}
+
+std::string held_out_text(const std::string& text, const std::string& model_dir) {
+  if (!text.empty()) return text;
+  const std::string folder_text = model_dir + "/heldout.txt";
+  return file_exists(folder_text) ? folder_text : bundled_model_dir() + "/heldout.txt";
+}
 
 void warn_if_more_than_cores(int threads) {
   const int cores = omp_get_num_procs();  // hardware threads this process may use

@@ -43,10 +43,8 @@ namespace kvscope::cli {
 
 namespace {
 
-const std::string kBundled = std::string(KVSCOPE_ASSETS_DIR) + "/model";
-
 struct ServeBenchArgs {
-  std::string model_dir = kBundled;
+  std::string model_dir = bundled_model_dir();
   std::string text;  // default: MODEL/heldout.txt when there is one
   std::string config;  // a config.json: random weights of its shape instead of --model
   int layers = 0;      // with --config: keep only this many layers (0 = all)
@@ -182,8 +180,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   if (a.layers < 0) throw Error("--layers must be >= 0, got " + std::to_string(a.layers));
   const bool random = !a.config.empty();
-  if (!random && a.model_dir == kBundled && !file_exists(a.model_dir + "/config.json"))
-    throw Error("the bundled model is missing (" + a.model_dir + "/config.json); give --model DIR");
+  if (!random) check_bundled_model_present(a.model_dir);
   check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
   check_requests_fit_in_memory(a);
   const Model model = [&] {
