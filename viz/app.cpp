@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "util/format.h"
 #include "palette.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 

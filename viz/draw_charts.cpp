@@ -13,8 +13,8 @@
 #include <functional>
 
 #include "app.h"
-#include "util/format.h"
 #include "palette.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 

@@ -8,9 +8,9 @@
 #include <functional>
 
 #include "app.h"
-#include "util/format.h"
 #include "palette.h"
 #include "sim/synthetic.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 
@@ -171,7 +171,8 @@ void counters(App& app) {
   if (s.view(0).run().served())
     row(s, "tokens released", "SlotEvicted events outside rounds: a request finished or preempted, released whole",
         [](C c) { return commas(c.released); });
-  row(s, "blocks in use", "blocks owned by a sequence (the replayed Occupancy)", [](C c) { return commas(c.blocks_in_use); });
+  row(s, "blocks in use", "blocks owned by a sequence (the replayed Occupancy)",
+      [](C c) { return commas(c.blocks_in_use); });
   row(s, "full-cache blocks",
       "ceil(positions used / block size), per sequence not released: the same sequences with no eviction",
       [](C c) { return commas(c.full_cache_blocks); });

@@ -14,8 +14,8 @@
 #include <cmath>
 
 #include "app.h"
-#include "util/format.h"
 #include "palette.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 

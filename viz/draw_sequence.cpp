@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "app.h"
-#include "util/format.h"
 #include "palette.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 

@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "app.h"
-#include "util/format.h"
 #include "imgui_impl_glfw.h"
 #include "imgui_impl_opengl3.h"
 #include "palette.h"
 #include "screenshot.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 

@@ -7,8 +7,8 @@
 #include <climits>
 
 #include "app.h"
-#include "util/format.h"
 #include "palette.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 
@@ -81,8 +81,8 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
     report += "verify: " + name + ": the cache has " + commas(expected[kLiveSlot]) + " live, " +
               commas(expected[kHoleSlot]) + " holes, " + commas(expected[kRoomSlot]) + " unwritten, " +
               commas(expected[kFreeSlot]) + " free slots; the image shows " + commas(seen[kLiveSlot]) + " live, " +
-              commas(seen[kHoleSlot]) + " holes, " + commas(seen[kRoomSlot]) + " unwritten, " + commas(seen[kFreeSlot]) +
-              " free, " + commas(seen[kUnknown]) + " unrecognised: " +
+              commas(seen[kHoleSlot]) + " holes, " + commas(seen[kRoomSlot]) + " unwritten, " +
+              commas(seen[kFreeSlot]) + " free, " + commas(seen[kUnknown]) + " unrecognised: " +
               (wrong ? commas(wrong) + " slots differ" + first : std::string("all match")) + "\n";
     if (wrong) ok = false;
   }

@@ -31,7 +31,7 @@ namespace {
 struct EvalArgs {
   std::string model_dir = bundled_model_dir();
   std::string text;          // default: held_out_text()
-  std::string calibration;   // default: MODEL/triattention.json
+  std::string calibration;   // default: MODEL/triattention-calibration.json when there is one
   std::string json;
   int windows = 0;           // 0 = every document long enough
   int threads = 0;
@@ -92,7 +92,8 @@ void run_eval(EvalArgs a) {
   std::printf("kvscope eval: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
   std::printf("%d window%s of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; "
               "greedy match over %d tokens\n",
-              report.windows, report.windows == 1 ? "" : "s", s.context, s.scored_from < 0 ? s.context / 2 : s.scored_from, s.continuation);
+              report.windows, report.windows == 1 ? "" : "s", s.context,
+              s.scored_from < 0 ? s.context / 2 : s.scored_from, s.continuation);
   if (a.windows > report.windows)
     std::printf("(--windows %d asked for more: only %d documents of the text are long enough)\n", a.windows,
                 report.windows);

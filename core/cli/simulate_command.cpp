@@ -198,7 +198,8 @@ void print_table(const std::vector<MemoryStrategy>& which, const std::vector<std
 void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
   const int64_t blocks = (c.tokens + c.block_size - 1) / c.block_size;
   std::printf("kvscope simulate: %s token%s in blocks of %d: a full cache takes %s block%s, %s (%s bytes per token)\n",
-              commas(c.tokens).c_str(), c.tokens == 1 ? "" : "s", c.block_size, commas(blocks).c_str(), blocks == 1 ? "" : "s",
+              commas(c.tokens).c_str(), c.tokens == 1 ? "" : "s", c.block_size, commas(blocks).c_str(),
+              blocks == 1 ? "" : "s",
               bytes(double(blocks) * c.block_size * double(c.bytes_per_token)).c_str(),
               commas(c.bytes_per_token).c_str());
   if (c.streaming)
