@@ -20,6 +20,14 @@ TEST(Format, CommasEveryThreeDigits) {
   EXPECT_EQ(commas(std::numeric_limits<int64_t>::min()), "-9,223,372,036,854,775,808");
 }
 
+TEST(Format, PluralTakesAnSUnlessTheCountIsOne) {
+  EXPECT_EQ(plural(1, "block"), "1 block");
+  EXPECT_EQ(plural(0, "block"), "0 blocks");
+  EXPECT_EQ(plural(2, "run"), "2 runs");
+  EXPECT_EQ(plural(16000, "token"), "16000 tokens");
+  EXPECT_EQ(plural(-1, "step"), "-1 steps");
+}
+
 TEST(Format, BytesInDecimalUnitsWithThreeSignificantDigits) {
   EXPECT_EQ(bytes(0), "0 B");
   EXPECT_EQ(bytes(999), "999 B");

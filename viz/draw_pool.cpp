@@ -109,9 +109,10 @@ void header(const Timeline& t, const Session& s, int view, float width) {
               bytes(double(c.memory_in_use())).c_str());
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const std::string phase = s.phase(view);
-  ImGui::Text("%s  |  %s blocks of %d slots  |  %s",
-              phase.c_str(), commas(t.occupancy().num_blocks()).c_str(), t.occupancy().block_size(),
-              c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + " slots)").c_str()
+  ImGui::Text("%s  |  %s blocks of %s  |  %s", phase.c_str(), commas(t.occupancy().num_blocks()).c_str(),
+              plural(t.occupancy().block_size(), "slot").c_str(),
+              c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) +
+                         (c.moved == 1 ? " slot)" : " slots)")).c_str()
                       : "no bytes moved");
   ImGui::PopStyleColor();
   ImGui::PopTextWrapPos();

@@ -86,7 +86,7 @@ void place(Session& s, const std::string& at) {
   } else if (at.rfind("round:", 0) == 0) {
     const auto& ends = p.round_end_events();
     const std::string range =
-        "the run has " + std::to_string(ends.size()) + (ends.size() == 1 ? " round" : " rounds") + ", numbered from 1";
+        "the run has " + plural(int64_t(ends.size()), "round") + ", numbered from 1";
     const size_t k = size_t(in_range(at.substr(6), 1, double(ends.size()), true, range));
     s.seek(ends[k - 1] + 1);
   } else if (at.rfind("event:", 0) == 0) {

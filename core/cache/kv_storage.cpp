@@ -4,6 +4,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/format.h"
 #include "util/memory_check.h"
 
 namespace kvscope {
@@ -26,9 +27,8 @@ size_t KvStorage::apply(const std::vector<Move>& plan) {
 }
 
 std::string KvStorage::describe(const ModelConfig& c, int num_blocks, int block_size) {
-  return "the paged K/V storage (" + std::to_string(num_blocks) + (num_blocks == 1 ? " block" : " blocks") + " of " +
-         std::to_string(block_size) + " tokens; K and V of " + std::to_string(c.num_layers) +
-         (c.num_layers == 1 ? " layer" : " layers") + ", f32)";
+  return "the paged K/V storage (" + plural(num_blocks, "block") + " of " + plural(block_size, "token") +
+         "; K and V of " + plural(c.num_layers, "layer") + ", f32)";
 }
 
 size_t KvStorage::bytes_per_block(const ModelConfig& c, int block_size) {

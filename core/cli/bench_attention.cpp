@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "model/attention.h"
 #include "model/config.h"
+#include "util/format.h"
 #include "util/max_abs_diff.h"
 #include "util/memory_check.h"
 #include "util/splitmix64.h"
@@ -73,7 +74,7 @@ void run_attention_bench(const AttentionBenchArgs& a) {
   check_fits_longest_context(c, a, block_size);  // before the table, not half-way down it
   std::printf("kvscope bench attention: one attention layer of %s (%d query heads, %d KV heads, head_dim %d), f32\n",
               shown_path(a.config).c_str(), c.num_heads, c.num_kv_heads, c.head_dim);
-  std::printf("machine: %s, %d threads\n\n", cpu_name().c_str(), omp_get_max_threads());
+  std::printf("machine: %s, %s\n\n", cpu_name().c_str(), plural(omp_get_max_threads(), "thread").c_str());
   std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max |flash - eager| |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
 

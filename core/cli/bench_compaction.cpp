@@ -19,6 +19,7 @@
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "evict/random.h"
+#include "util/format.h"
 #include "util/memory_check.h"
 
 namespace kvscope::cli {
@@ -49,8 +50,10 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
   check_distinct(a.block_sizes, "--block-sizes");
   const ModelConfig c = load_config_file(a.config);
   check_fits(c, a);  // before the table, not half-way down it
-  std::printf("kvscope bench compaction: %d token%s in a cache shaped like %s (%d layers, kv_dim %d, f32: %.0f KiB per token)\n",
-              a.tokens, a.tokens == 1 ? "" : "s", shown_path(a.config).c_str(), c.num_layers, c.kv_dim(), 2.0 * c.num_layers * c.kv_dim() * 4 / 1024);
+  std::printf("kvscope bench compaction: %s in a cache shaped like %s (%d layers, kv_dim %d, f32: %.0f KiB per "
+              "token)\n",
+              plural(a.tokens, "token").c_str(), shown_path(a.config).c_str(), c.num_layers, c.kv_dim(),
+              2.0 * c.num_layers * c.kv_dim() * 4 / 1024);
   std::printf("machine: %s\n\n", cpu_name().c_str());
   std::printf("| block size | evicted | moves | bytes moved | compaction | GB/s | memcpy of the same bytes | GB/s | compaction / memcpy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -96,8 +99,9 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
                   bytes / best_memcpy / 1e9, 100 * best_memcpy / best_compact);
     }
   }
-  std::printf("\nGB/s counts the bytes moved once (each is read once and written once, as in memcpy); best of %d runs, 1 thread.\n",
-              a.repeats);
+  std::printf("\nGB/s counts the bytes moved once (each is read once and written once, as in memcpy); best of %s, "
+              "1 thread.\n",
+              plural(a.repeats, "run").c_str());
 }
 
 }  // namespace

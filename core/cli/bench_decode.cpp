@@ -24,6 +24,7 @@
 #include "model/weights.h"
 #include "util/bandwidth.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -87,8 +88,8 @@ void run_bench(const BenchArgs& a) {
   for (int t : a.threads) {
     bandwidth.push_back(measure_read_bandwidth_gbs(size_t(a.bandwidth_gib * (1u << 30)), t, 5));
     const bool gib = a.bandwidth_gib >= 0.1;  // "0.0 GiB" hides a 1 MiB probe
-    std::printf("DRAM read bandwidth, %d thread%s: %.1f GB/s (streaming sum over %.1f %s, best of 5)\n", t,
-                t == 1 ? "" : "s", bandwidth.back(), gib ? a.bandwidth_gib : a.bandwidth_gib * 1024,
+    std::printf("DRAM read bandwidth, %s: %.1f GB/s (streaming sum over %.1f %s, best of 5)\n",
+                plural(t, "thread").c_str(), bandwidth.back(), gib ? a.bandwidth_gib : a.bandwidth_gib * 1024,
                 gib ? "GiB" : "MiB");
   }
   // More threads reading slower than fewer: something else was running on these cores,

@@ -23,6 +23,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -90,10 +91,9 @@ void run_eval(EvalArgs a) {
   });
 
   std::printf("kvscope eval: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
-  std::printf("%d window%s of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; "
-              "greedy match over %d tokens\n",
-              report.windows, report.windows == 1 ? "" : "s", s.context,
-              s.scored_from < 0 ? s.context / 2 : s.scored_from, s.continuation);
+  std::printf("%s of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; greedy match over %s\n",
+              plural(report.windows, "window").c_str(), s.context, s.scored_from < 0 ? s.context / 2 : s.scored_from,
+              plural(s.continuation, "token").c_str());
   if (a.windows > report.windows)
     std::printf("(--windows %d asked for more: only %d documents of the text are long enough)\n", a.windows,
                 report.windows);

@@ -15,6 +15,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -56,13 +57,13 @@ WeightFormat parse_weight_format(const std::string& s) {
 // there is no strategy to name and nothing was evicted, freed or moved.
 void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
   if (a.budget == 0) {
-    std::fprintf(stderr, "cache: no eviction, block size %d: %lld tokens cached in %d block%s\n", a.block_size,
-                 (long long)s.tokens_seen, s.blocks_in_use, s.blocks_in_use == 1 ? "" : "s");
+    std::fprintf(stderr, "cache: no eviction, block size %d: %s cached in %s\n", a.block_size,
+                 plural(s.tokens_seen, "token").c_str(), plural(s.blocks_in_use, "block").c_str());
     return;
   }
-  std::fprintf(stderr, "cache: policy %s, block size %d, %s, budget %d (+%d slack), %d round%s\n", a.policy.c_str(),
-               a.block_size, strategy_name(parse_strategy(a.strategy)), a.budget, a.slack, s.rounds,
-               s.rounds == 1 ? "" : "s");
+  std::fprintf(stderr, "cache: policy %s, block size %d, %s, budget %d (+%d slack), %s\n", a.policy.c_str(),
+               a.block_size, strategy_name(parse_strategy(a.strategy)), a.budget, a.slack,
+               plural(s.rounds, "round").c_str());
   std::fprintf(stderr, "  tokens: %lld seen, %d live: %.1f%% evicted\n", (long long)s.tokens_seen, s.live,
                100 * s.evicted_fraction());
   std::fprintf(stderr, "  blocks: %d in use, a full cache needs %d: %.1f%% freed, %.2f MB reclaimed\n", s.blocks_in_use,
@@ -75,8 +76,8 @@ void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
 // to the one this project is about: holes that keep their blocks.
 std::string pool_advice(const GenerateArgs& a, int num_blocks, size_t prompt_tokens) {
   const int capacity = num_blocks * a.block_size;  // tokens
-  const std::string pool = "--kv-memory " + number_text(a.kv_memory_mb) + " MB holds " + std::to_string(num_blocks) +
-                           (num_blocks == 1 ? " block (" : " blocks (") + std::to_string(capacity) + " tokens)";
+  const std::string pool = "--kv-memory " + number_text(a.kv_memory_mb) + " MB holds " + plural(num_blocks, "block") +
+                           " (" + plural(capacity, "token") + ")";
   if (prompt_tokens > size_t(capacity))
     return pool + ", fewer than the prompt's " + std::to_string(prompt_tokens) + ": raise --kv-memory";
   if (a.budget == 0) return pool + " and nothing is evicted: raise --kv-memory, or evict with --budget";
@@ -181,9 +182,9 @@ void run_generate(const GenerateArgs& a) {
   }
   end_the_text();
 
-  std::fprintf(stderr, "\nprompt: %d token%s, %.1f tokens/s | decode: %d token%s, %.1f tokens/s%s\n", stats.prompt_tokens,
-               stats.prompt_tokens == 1 ? "" : "s", stats.prefill_tokens_per_second(), stats.new_tokens,
-               stats.new_tokens == 1 ? "" : "s", stats.decode_tokens_per_second(),
+  std::fprintf(stderr, "\nprompt: %s, %.1f tokens/s | decode: %s, %.1f tokens/s%s\n",
+               plural(stats.prompt_tokens, "token").c_str(), stats.prefill_tokens_per_second(),
+               plural(stats.new_tokens, "token").c_str(), stats.decode_tokens_per_second(),
                stats.stopped ? " (stopped at end of sequence)" : "");
   print_cache_stats(stats.cache, a);
 

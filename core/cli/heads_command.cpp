@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -58,8 +59,8 @@ void run_heads(const HeadsArgs& a) {
 
   const ModelConfig& c = model.config;
   std::printf("kvscope heads: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(text).c_str());
-  std::printf("%zu window%s of %d tokens; queries at positions %d..%d, one at a time, full cache\n", windows.size(),
-              windows.size() == 1 ? "" : "s", a.length, s.from, a.length - 1);
+  std::printf("%s of %d tokens; queries at positions %d..%d, one at a time, full cache\n",
+              plural(int64_t(windows.size()), "window").c_str(), a.length, s.from, a.length - 1);
   if (int(windows.size()) < a.windows)
     std::printf("(--windows %d asked for more: only %zu documents of the text are long enough)\n", a.windows,
                 windows.size());

@@ -36,6 +36,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 #include "util/memory_check.h"
 #include "util/splitmix64.h"
 
@@ -221,13 +222,12 @@ void run_serve_bench(const ServeBenchArgs& a) {
 
   const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
   const int full_blocks = (a.prompt_len + a.output_len - 1 + a.block_size - 1) / a.block_size;
-  std::printf("kvscope serve-bench: %s, %d requests of %d prompt + %d new tokens (prompts: %s), greedy\n",
-              model_name.c_str(), a.requests, a.prompt_len, a.output_len,
+  std::printf("kvscope serve-bench: %s, %s of %d prompt + %d new tokens (prompts: %s), greedy\n",
+              model_name.c_str(), plural(a.requests, "request").c_str(), a.prompt_len, a.output_len,
               text.empty() ? "random token ids" : shown_path(text).c_str());
-  std::printf("pool: %d block%s of %d tokens (%.2f MB of K/V); a request's whole context takes %d block%s, so %d "
-              "fit without eviction\n",
-              a.blocks, a.blocks == 1 ? "" : "s", a.block_size, double(a.blocks) * block_bytes / 1e6, full_blocks,
-              full_blocks == 1 ? "" : "s", a.blocks / full_blocks);
+  std::printf("pool: %s of %s (%.2f MB of K/V); a request's whole context takes %s, so %d fit without eviction\n",
+              plural(a.blocks, "block").c_str(), plural(a.block_size, "token").c_str(),
+              double(a.blocks) * block_bytes / 1e6, plural(full_blocks, "block").c_str(), a.blocks / full_blocks);
   const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
   if (evicts)
     std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
@@ -236,7 +236,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   else
     std::printf("eviction: none (--strategies none); prefill in chunks of %d\n", a.chunk);
   const int threads = omp_get_max_threads();
-  std::printf("machine: %s, %d thread%s%s\n\n", cpu_name().c_str(), threads, threads == 1 ? "" : "s",
+  std::printf("machine: %s, %s%s\n\n", cpu_name().c_str(), plural(threads, "thread").c_str(),
               a.device == "cuda" ? ("; the model runs on " + gpu_name()).c_str() : "");
   std::fflush(stdout);
 
@@ -267,10 +267,10 @@ void run_serve_bench(const ServeBenchArgs& a) {
     }
   for (size_t i = 0; i < runs.size(); ++i) runs[i].seconds = median(seconds[i]);
   std::fputs(markdown_table(runs).c_str(), stdout);
-  std::printf("\ntokens/s counts generated tokens over the wall time of the run (the median of %d run%s of each "
+  std::printf("\ntokens/s counts generated tokens over the wall time of the run (the median of %s of each "
               "strategy, taken in turn); blocks in use are counted after every step; recomputed tokens went through "
               "the model again after a preemption.\n",
-              a.repeat, a.repeat == 1 ? "" : "s");
+              plural(a.repeat, "run").c_str());
   if (!a.json.empty()) {
     std::ofstream out(a.json);
     out << to_json(a, runs).dump(1) << "\n";

@@ -206,12 +206,12 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
     std::printf("streaming: one token at a time, %s policy prunes to %d whenever %d are live; workload %s\n",
                 c.policy.c_str(), c.schedule.budget, c.schedule.round_starts_at(), c.workload.c_str());
   else if (c.schedule.budget > 0)
-    std::printf("one-shot: %s policy keeps %d tokens in one round; workload %s\n", c.policy.c_str(), c.schedule.budget,
-                c.workload.c_str());
+    std::printf("one-shot: %s policy keeps %s in one round; workload %s\n", c.policy.c_str(),
+                plural(c.schedule.budget, "token").c_str(), c.workload.c_str());
   else
     std::printf("one-shot: %s policy evicts %s of the tokens in one round; workload %s\n", c.policy.c_str(),
                 percent(c.evict_fraction).c_str(), c.workload.c_str());
-  std::printf("protected: %d sinks, %d recent%s\n", c.schedule.sinks, c.schedule.recent,
+  std::printf("protected: %s, %d recent%s\n", plural(c.schedule.sinks, "sink").c_str(), c.schedule.recent,
               !c.streaming && c.schedule.sinks + c.schedule.recent == 0 ? " (the one-shot default)" : "");
   if (a.seeds > 1)
     std::printf("seeds %" PRIu64 "..%" PRIu64 ": mean [min, max] over %d runs\n", c.seed,

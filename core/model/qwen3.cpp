@@ -5,6 +5,7 @@
 
 #include "model/ops.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope {
 
@@ -133,9 +134,8 @@ Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const
   // retry the same step once blocks are freed; other sequences are untouched.
   if (cache.room(seq) < T)
     throw PoolExhausted("block pool exhausted: sequence " + std::to_string(seq) + " needs room for " +
-                        std::to_string(T) + (T == 1 ? " more token" : " more tokens") + ", the pool has " +
-                        std::to_string(cache.room(seq)) + " (" + std::to_string(cache.pool().num_free()) +
-                        " free blocks of " + std::to_string(cache.block_size()) +
+                        plural(T, "more token") + ", the pool has " + std::to_string(cache.room(seq)) + " (" +
+                        plural(cache.pool().num_free(), "free block") + " of " + std::to_string(cache.block_size()) +
                         "); the step is refused and the sequence is unchanged");
 
   // Place the new tokens first: each gets a slot and its position.

@@ -8,6 +8,7 @@
 
 #include "model/bf16.h"
 #include "util/error.h"
+#include "util/format.h"
 #include "util/splitmix64.h"
 
 namespace kvscope {
@@ -130,11 +131,11 @@ void warn_non_finite(const std::map<std::string, TensorView>& tensors, std::vect
   for (const auto& [name, t] : tensors) {
     const int64_t bad = count_non_finite(t);
     if (bad == 0 || ++found > kListed) continue;
-    out.push_back(t.file + ": tensor \"" + name + "\" holds " + std::to_string(bad) + " NaN or infinite value" +
-                  (bad == 1 ? "" : "s") + " (of " + std::to_string(t.numel()) + "); its outputs will be NaN");
+    out.push_back(t.file + ": tensor \"" + name + "\" holds " + plural(bad, "NaN or infinite value") + " (of " +
+                  std::to_string(t.numel()) + "); its outputs will be NaN");
   }
   if (found > kListed)
-    out.push_back("... and " + std::to_string(found - kListed) + " more tensors with NaN or infinite values");
+    out.push_back("... and " + plural(found - kListed, "more tensor") + " with NaN or infinite values");
 }
 
 // Tensors stored in another dtype than config.json's torch_dtype: loaded as

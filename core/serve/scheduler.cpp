@@ -5,6 +5,7 @@
 
 #include "sample/sampler.h"
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope {
 
@@ -119,8 +120,8 @@ bool Scheduler::step() {
     if (blocks <= cache.pool().num_free()) break;
     if (running_.size() == 1) {
       const size_t n = items[0].tokens.size();
-      throw Error("request " + std::to_string(running_[0]) + " alone needs " + std::to_string(blocks) +
-                  (blocks == 1 ? " more block" : " more blocks") + " for its next " +
+      throw Error("request " + std::to_string(running_[0]) + " alone needs " + plural(blocks, "more block") +
+                  " for its next " +
                   (n == 1 ? "token" : std::to_string(n) + " tokens") + ", and the pool of " +
                   std::to_string(cache.num_blocks()) + " blocks has " + std::to_string(cache.pool().num_free()) +
                   " free with nothing left to preempt (memory strategy " + strategy_name(cache.strategy()) +

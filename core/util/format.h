@@ -1,5 +1,5 @@
 // Numbers as people read them, on the screen and in the command-line tables:
-// "16,000", "87.5%", "3.67 GB".
+// "16,000", "87.5%", "3.67 GB", "1 block".
 #pragma once
 
 #include <cmath>
@@ -25,6 +25,13 @@ inline std::string commas(int64_t n) {
     out += digits[i];
   }
   return out;
+}
+
+// A count and its noun, which takes an "s" unless the count is 1: plural(1, "block")
+// -> "1 block", plural(16000, "token") -> "16000 tokens". Every noun counted here
+// is a regular one.
+inline std::string plural(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 // 0.8751 -> "87.5%"; NaN (no such number at this point) -> "-".
