@@ -80,7 +80,8 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   // than the one given (a negative --sinks or a zero --budget taken as "not given").
   expect_one_line_error("eval --windows 1 --context 64 --block-size 0",
                         "eval: the block size must be between 1 and 256, got 0");
-  expect_one_line_error("eval --windows 1 --context 64 --keep 0", "eval: a kept fraction must be between 0 and 1 (got 0)");
+  expect_one_line_error("eval --windows 1 --context 64 --keep 0",
+                        "eval: a kept fraction must be above 0 and below 1 (got 0)");
   // Once "forward: position 512 is past ..." from inside the first window.
   expect_one_line_error("heads --model '" + test::tiny_model("tiny-tied") + "' --length 600",
                         "heads: --length 600 is longer than the model's max_position_embeddings (512)");
@@ -92,6 +93,9 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   // eval's budgets come from --keep x --context: the message says so, not "budget 6".
   expect_one_line_error("eval --windows 1 --context 64",
                         "eval: keeping 0.1 of a 64-token context is 6 tokens, fewer than the protected 4 sinks + 32 "
+                        "recent: raise --keep or --context, or lower --sinks and --recent");
+  expect_one_line_error("eval --windows 1 --context 12",
+                        "eval: keeping 0.1 of a 12-token context is 1 token, fewer than the protected 4 sinks + 32 "
                         "recent: raise --keep or --context, or lower --sinks and --recent");
   expect_one_line_error("bench compaction --evict nan", "--evict: expects a number, not nan");
   expect_one_line_error("bench compaction --evict 1.5", "--evict: must be 1 or less, not 1.5");
