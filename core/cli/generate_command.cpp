@@ -68,7 +68,17 @@ void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
                100 * s.evicted_fraction());
   std::fprintf(stderr, "  blocks: %d in use, a full cache needs %d: %.1f%% freed, %.2f MB reclaimed\n", s.blocks_in_use,
                s.blocks_full_cache, 100 * s.blocks_freed_fraction(), s.bytes_reclaimed() / 1e6);
-  std::fprintf(stderr, "  compaction moved %.2f MB\n", s.bytes_moved / 1e6);
+  switch (parse_strategy(a.strategy)) {
+    case MemoryStrategy::Compact:
+      std::fprintf(stderr, "  compaction moved %.2f MB\n", s.bytes_moved / 1e6);
+      break;
+    case MemoryStrategy::HolesOnly:
+      std::fprintf(stderr, "  nothing moved: under holes the survivors stay in their slots\n");
+      break;
+    case MemoryStrategy::ReuseHoles:
+      std::fprintf(stderr, "  nothing moved: under reuse new tokens fill the holes\n");
+      break;
+  }
 }
 
 // Which flag would have made room, when a pool sized by --kv-memory runs out (the
