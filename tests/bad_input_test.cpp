@@ -100,6 +100,13 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("bench compaction --evict nan", "--evict: expects a number, not nan");
   expect_one_line_error("bench compaction --evict 1.5", "--evict: must be 1 or less, not 1.5");
   expect_one_line_error("bench compaction --tokens inf", "--tokens: expects a number, not inf");
+  // A value left out: the parser takes the next option as the value, or a list of
+  // nothing but commas; each says what it found.
+  expect_one_line_error("bench compaction --tokens --evict 0.5",
+                        "--tokens: expects a number, but the next word is the option --evict");
+  expect_one_line_error("bench compaction --evict , --repeats 1",
+                        "--evict: expects a number, but the next word is the option --repeats");
+  expect_one_line_error("bench compaction --evict ''", "--evict: expects a number, not an empty value");
   expect_one_line_error("bench decode --bandwidth-gib -1", "--bandwidth-gib must be from 0.001 to ");
   expect_one_line_error("simulate --budget 0", "--budget: must be above 0, not 0");
   expect_one_line_error("simulate --sinks -5", "--sinks: must be 0 or more, not -5");

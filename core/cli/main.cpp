@@ -32,7 +32,9 @@ static CLI::Validator number_check(double low, bool above_low, double high, cons
       [=](std::string& text) -> std::string {
         char* end = nullptr;
         const double x = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !std::isfinite(x)) return "expects a number, not " + text;
+        if (text.empty()) return "expects a number, not an empty value";
+        if (text.rfind("--", 0) == 0) return "expects a number, but the next word is the option " + text;
+        if (*end != '\0' || !std::isfinite(x)) return "expects a number, not " + text;
         if (above_low && x <= low) return "must be above " + number_text(low) + ", not " + text;
         if (x < low) return "must be " + number_text(low) + " or more, not " + text;
         if (x > high) return "must be " + number_text(high) + " or less, not " + text;
