@@ -41,7 +41,7 @@ int blocks_for_budget(const ModelConfig& c, int block_size, size_t bytes) {
   const size_t n = bytes / per_block;
   if (n < 1)
     throw Error("a KV memory budget of " + std::to_string(bytes) + " bytes is smaller than one block (" +
-                std::to_string(per_block) + " bytes for " + std::to_string(block_size) + " tokens)");
+                std::to_string(per_block) + " bytes for " + plural(block_size, "token") + ")");
   if (n > size_t(1) << 30) throw Error("KV memory budget too large");
   return int(n);
 }

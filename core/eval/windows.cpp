@@ -23,9 +23,11 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
     windows.push_back(std::move(ids));
     if (max_windows > 0 && int(windows.size()) == max_windows) break;
   }
+  if (documents == 0) throw file_error(path, "holds no text (documents are separated by " + separator + ")");
   if (windows.empty())
-    throw file_error(path, "none of its " + std::to_string(documents) + " documents has " + std::to_string(length) +
-                               " tokens; use a shorter window");
+    throw file_error(path, (documents == 1 ? "its one document is" : "each of its " + std::to_string(documents) +
+                                                                        " documents is") +
+                               " shorter than " + std::to_string(length) + " tokens; use a shorter window");
   return windows;
 }
 

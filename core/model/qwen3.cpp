@@ -163,8 +163,8 @@ void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vec
     blocks += cache.blocks_needed(it.seq, int64_t(it.tokens.size()));
   }
   if (blocks > cache.pool().num_free())
-    throw PoolExhausted("block pool exhausted: the batch of " + std::to_string(items.size()) + " sequences needs " +
-                        std::to_string(blocks) + " more blocks, the pool has " +
+    throw PoolExhausted("block pool exhausted: the batch of " + plural(int64_t(items.size()), "sequence") + " needs " +
+                        plural(blocks, "more block") + ", the pool has " +
                         std::to_string(cache.pool().num_free()) + " free; the step is refused and no sequence is changed");
 }
 

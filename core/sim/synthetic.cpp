@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "util/error.h"
+#include "util/format.h"
 #include "util/memory_check.h"
 
 namespace kvscope {
@@ -108,7 +109,7 @@ void check_simulation_config(const SimulationConfig& c) {
   if (!c.streaming && c.schedule.budget == 0) {
     const int64_t keep = c.tokens - std::llround(c.evict_fraction * double(c.tokens));
     if (keep < c.schedule.sinks + c.schedule.recent)
-      throw Error("simulate: keeping " + std::to_string(keep) + " tokens cannot hold the protected " +
+      throw Error("simulate: keeping " + plural(keep, "token") + " cannot hold the protected " +
                   std::to_string(c.schedule.sinks) + " sinks + " + std::to_string(c.schedule.recent) + " recent");
   }
   const Workload probe(c.workload, 0, 0);  // throws on an unknown name
