@@ -290,6 +290,13 @@ TEST(HeldOutText, TheModelFoldersOwnComesFirst) {
     EXPECT_NE(bundled.find(" on "), std::string::npos) << bundled;
     EXPECT_NE(bundled.find("assets/model/heldout.txt\n", bundled.find(" on ")), std::string::npos) << bundled;
   }
+  // serve-bench cuts its prompts from the same text; random ids only for --config's random model.
+  const std::string serve = "serve-bench --requests 2 --prompt-len 12 --output-len 4 --blocks 16 --block-size 4 "
+                            "--repeat 1 --strategies none";
+  const std::string own = first_line(serve, dir.string());
+  EXPECT_NE(own.find(name + "/heldout.txt), greedy"), std::string::npos) << own;  // the path as shown_path() prints it
+  const std::string bundled = first_line(serve, test::tiny_model("tiny-tied"));
+  EXPECT_NE(bundled.find("assets/model/heldout.txt), greedy"), std::string::npos) << bundled;
   std::filesystem::remove_all(dir);
 }
 

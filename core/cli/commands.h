@@ -51,8 +51,8 @@ std::string bundled_model_dir();
 // Before a command loads `model_dir`: the bundled model, when its files are missing, is
 // an error that says so (a folder the user gave gets the loader's own message).
 void check_bundled_model_present(const std::string& model_dir);
-// The held-out text of eval and heads: --text as given; else the model folder's
-// heldout.txt when it has one (as serve-bench takes it); else the bundled model's.
+// The held-out text of eval, heads and serve-bench: --text as given; else the model
+// folder's heldout.txt when it has one; else the bundled model's.
 std::string held_out_text(const std::string& text, const std::string& model_dir);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).

@@ -5,8 +5,9 @@
 //                       [--strategies none,holes,reuse,compact] [--repeat 3] [--json FILE]
 //                       [--device cpu|cuda]
 //
-// Prompts are slices of the model folder's held-out text (--text), or random token
-// ids when there is none. --config builds a model of that shape with random bf16
+// Prompts are slices of held-out text (--text; default: the model folder's
+// heldout.txt, else the bundled model's, as eval and heads take it), or random
+// token ids for --config's random model. --config builds a model of that shape with random bf16
 // weights (as `kvscope bench decode` does): one whose weights, not its per-token
 // work, set the cost of a step. Every strategy serves the same requests through a pool of
 // --blocks blocks; the table says how many sequences ran at once, how fast, how
@@ -201,8 +202,9 @@ void run_serve_bench(const ServeBenchArgs& a) {
                    std::to_string(c.parameter_count() / 1000000) + "M parameters, random bf16 weights)"
              : shown_path(a.model_dir);
 
-  std::string text = random ? "" : a.text;
-  if (!random && text.empty() && file_exists(a.model_dir + "/heldout.txt")) text = a.model_dir + "/heldout.txt";
+  // Random ids only for a random model, or where not even the bundled model's text is here.
+  std::string text = random ? "" : held_out_text(a.text, a.model_dir);
+  if (!random && a.text.empty() && !file_exists(text)) text.clear();
   std::vector<int> text_ids;
   if (!text.empty()) text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_text_file(text));
   if (!text.empty() && text_ids.empty()) throw file_error(text, "has no tokens");
@@ -306,7 +308,7 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--layers", a.layers, "With --config: keep only the first N layers (0 = all)")
       ->capture_default_str()
       ->needs(config);
-  cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt; without one, random ids)")
+  cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt, else the bundled model's)")
       ->excludes(config);
   cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str();
   cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str();
