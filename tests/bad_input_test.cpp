@@ -100,13 +100,20 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("bench compaction --evict nan", "--evict: expects a number, not nan");
   expect_one_line_error("bench compaction --evict 1.5", "--evict: must be 1 or less, not 1.5");
   expect_one_line_error("bench compaction --tokens inf", "--tokens: expects a number, not inf");
-  // A value left out: the parser takes the next option as the value, or a list of
-  // nothing but commas; each says what it found.
+  // A value left out: the parser would take the next option as the value.
   expect_one_line_error("bench compaction --tokens --evict 0.5",
                         "--tokens: expects a number, but the next word is the option --evict");
+  expect_one_line_error("bench compaction --tokens ''", "--tokens: expects a number, not an empty value");
+  // Empty items of a comma list, which the parser would drop without a word.
+  expect_one_line_error("bench compaction --evict 0.5,,0.25",
+                        "--evict: an empty item in the list \"0.5,,0.25\" (items are separated by one comma)");
   expect_one_line_error("bench compaction --evict , --repeats 1",
-                        "--evict: expects a number, but the next word is the option --repeats");
-  expect_one_line_error("bench compaction --evict ''", "--evict: expects a number, not an empty value");
+                        "--evict: an empty item in the list \",\" (items are separated by one comma)");
+  expect_one_line_error("eval --keep=0.5,", "--keep: an empty item in the list \"0.5,\"");
+  expect_one_line_error("bench attention --contexts ''", "--contexts: an empty list");
+  // Commas in a value that is not a list are the user's text.
+  const ProgramRun commas_in_a_prompt = run_kvscope("generate --prompt ',,' -n 1");
+  EXPECT_EQ(commas_in_a_prompt.code, 0) << commas_in_a_prompt.err;
   expect_one_line_error("bench decode --bandwidth-gib -1", "--bandwidth-gib must be from 0.001 to ");
   expect_one_line_error("simulate --budget 0", "--budget: must be above 0, not 0");
   expect_one_line_error("simulate --sinks -5", "--sinks: must be 0 or more, not -5");
