@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "app.h"
+#include "cli/comma_lists.h"
 #include "imgui_impl_glfw.h"
 #include "imgui_impl_opengl3.h"
 #include "palette.h"
@@ -410,10 +411,13 @@ int main(int argc, char** argv) {
       ->needs(shot);
   cli.add_flag("--bench-frame", a.bench, "Print the CPU time to build frames of a 4,096-block pool and a 1M-token run");
   try {
+    kvscope::cli::check_comma_lists(cli, argc, argv);
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return cli.exit(e);  // --help: print it, exit 0
     fail(std::string(e.what()) + " (--help lists the options)");
+  } catch (const kvscope::Error& e) {
+    fail(e.what());
   }
   try {
     return run(a);
