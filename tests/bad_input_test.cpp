@@ -87,15 +87,15 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
                         "heads: --length 600 is longer than the model's max_position_embeddings (512)");
   // A budget whose first round never comes: the row was the full cache's under another name.
   expect_one_line_error("eval --windows 1 --context 64 --keep 0.9",
-                        "eval: keeping 0.9 of a 64-token context is 58 tokens, and a round starts at 58 + 16 (--slack) "
+                        "eval: keeping 0.9 of the 64-token context is 58 tokens, and a round starts at 58 + 16 (--slack) "
                         "= 74 live tokens, more than the context: nothing would be evicted; lower --keep or --slack, "
                         "or raise --context");
   // eval's budgets come from --keep x --context: the message says so, not "budget 6".
   expect_one_line_error("eval --windows 1 --context 64",
-                        "eval: keeping 0.1 of a 64-token context is 6 tokens, fewer than the protected 4 sinks + 32 "
+                        "eval: keeping 0.1 of the 64-token context is 6 tokens, fewer than the protected 4 sinks + 32 "
                         "recent: raise --keep or --context, or lower --sinks and --recent");
   expect_one_line_error("eval --windows 1 --context 12",
-                        "eval: keeping 0.1 of a 12-token context is 1 token, fewer than the protected 4 sinks + 32 "
+                        "eval: keeping 0.1 of the 12-token context is 1 token, fewer than the protected 4 sinks + 32 "
                         "recent: raise --keep or --context, or lower --sinks and --recent");
   expect_one_line_error("bench compaction --evict nan", "--evict: expects a number, not nan");
   expect_one_line_error("bench compaction --evict 1.5", "--evict: must be 1 or less, not 1.5");

@@ -145,13 +145,13 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
     if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be above 0 and below 1 (got " + number_text(k) + ")");
     const EvictionSchedule schedule = schedule_for(k, s);
     if (schedule.budget < int64_t(s.sinks) + s.recent)  // the budget is the user's only through --keep and --context
-      throw Error("eval: keeping " + number_text(k) + " of a " + std::to_string(s.context) + "-token context is " +
+      throw Error("eval: keeping " + number_text(k) + " of the " + std::to_string(s.context) + "-token context is " +
                   plural(schedule.budget, "token") + ", fewer than the protected " + std::to_string(s.sinks) +
                   " sinks + " + std::to_string(s.recent) + " recent: raise --keep or --context, or lower --sinks and --recent");
     schedule.validate();
     const int first_round = schedule.round_starts_at();  // live tokens when the first round starts
     if (first_round > s.context)  // the row would be the full cache's under another name
-      throw Error("eval: keeping " + number_text(k) + " of a " + std::to_string(s.context) + "-token context is " +
+      throw Error("eval: keeping " + number_text(k) + " of the " + std::to_string(s.context) + "-token context is " +
                   plural(schedule.budget, "token") + ", and a round starts at " + std::to_string(schedule.budget) +
                   " + " + std::to_string(s.slack) + " (--slack) = " + std::to_string(first_round) +
                   " live tokens, more than the context: nothing would be evicted; lower --keep or --slack, or raise "
