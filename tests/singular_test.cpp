@@ -31,5 +31,15 @@ TEST(Singular, SimulateOfOneTokenWithOneSink) {
   EXPECT_NE(r.output.find("\nprotected: 1 sink, 0 recent\n"), std::string::npos) << r.output;
 }
 
+TEST(Singular, TheLawForBlocksOfOneSlotSpeaksOfItsOneToken) {
+  const ProgramRun r = run_kvscope("simulate --tokens 64 --block-size 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("expected (0.875)^1 = 87.5% of blocks freed without compaction: a block returns to the "
+                          "pool only\nwhen its one token was evicted, with probability 0.875.\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("all 1 of"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace kvscope

@@ -227,10 +227,13 @@ void print_law(const SimulationConfig& c) {
   const double f = c.schedule.budget > 0
                        ? 1.0 - double(std::min<int64_t>(c.schedule.budget, c.tokens)) / double(c.tokens)
                        : c.evict_fraction;
+  const std::string when = c.block_size == 1 ? "when its one token was evicted, with probability "
+                                              : "when all " + std::to_string(c.block_size) +
+                                                    " of its tokens were evicted, each with probability ";
   std::printf(
       "\nexpected (%s)^%d = %s of blocks freed without compaction: a block returns to the pool only\n"
-      "when all %d of its tokens were evicted, each with probability %s",
-      fmt("%.4g", f).c_str(), c.block_size, percent(expected_blocks_freed(f, c.block_size)).c_str(), c.block_size,
+      "%s%s",
+      fmt("%.4g", f).c_str(), c.block_size, percent(expected_blocks_freed(f, c.block_size)).c_str(), when.c_str(),
       fmt("%.4g", f).c_str());
   if (c.schedule.sinks + c.schedule.recent > 0) std::printf(" (less here: the protected tokens are never evicted)");
   std::printf(".\nCompaction gives back 1 - ceil(live / %d) / blocks.\n", c.block_size);
