@@ -181,6 +181,21 @@ TEST(MemoryCommand, WeightsAloneDoNotFitIsAnAnswer) {
   EXPECT_NE(r.output.find("the weights alone do not fit"), std::string::npos) << r.output;
 }
 
+// The bundled model's 2.6 MB of weights and a GPU of 0.01 GB: sizes under 0.1 GB
+// keep three significant digits instead of reading "0.00 GB".
+TEST(MemoryCommand, SmallSizesAreNotZeroGb) {
+  const test::ProgramRun r =
+      run_memory("--config '" + test::source_path("assets/model/config.json") + "' --gpu-gb 0.01 --reserve-gb 0.001",
+                 kStdout);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2,624,256 bytes = 0.00262 GB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("     0.01 GB  GPU memory\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("- 0.00262 GB  weights at 16 bits\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("-   0.001 GB  reserve"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("= 0.00638 GB  free for the KV cache\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("0.00 GB"), std::string::npos) << r.output;
+}
+
 // Each bad input: exit code 1 and one line "kvscope: error: ..." naming the problem.
 TEST(MemoryCommand, BadInputExitsWithOneLineError) {
   const std::string c32 = config_arg("qwen3-32b-config.json");

@@ -10,6 +10,7 @@
 // of range, negative GB, an unreadable config) is a kvscope::Error: exit 1.
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -39,10 +40,12 @@ std::string kib(int64_t bytes) {
   return buf;
 }
 
-// Decimal GB with two decimals: 16381061632 -> "16.38 GB".
+// Decimal GB with two decimals, 16381061632 -> "16.38 GB"; under 0.1 GB with three
+// significant digits, so a small model's weights are not "0.00 GB": 2624256 -> "0.00262 GB".
 std::string gb(double bytes) {
+  const double g = bytes / 1e9;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  std::snprintf(buf, sizeof buf, g != 0 && std::fabs(g) < 0.1 ? "%.3g GB" : "%.2f GB", g);
   return buf;
 }
 
