@@ -92,6 +92,14 @@ TEST(Generate, RefusesMoreTokensThanTheModelHasPositions) {
     EXPECT_STREQ(e.what(), "generate: 513 prompt + 0 new tokens need 513 positions, more than the model's "
                            "max_position_embeddings (512)");
   }
+  o.max_new_tokens = 1;  // one new token, in the singular
+  try {
+    run(m, std::vector<int>(513, 1), o);
+    ADD_FAILURE() << "a 513-token prompt ran on 512 positions";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "generate: 513 prompt + 1 new token need 513 positions (the last new token is never fed), "
+                           "more than the model's max_position_embeddings (512)");
+  }
   EXPECT_THROW(run(m, {}, GenerateOptions{}), Error);
 }
 

@@ -31,6 +31,14 @@ TEST(Singular, SimulateOfOneTokenWithOneSink) {
   EXPECT_NE(r.output.find("\nprotected: 1 sink, 0 recent\n"), std::string::npos) << r.output;
 }
 
+TEST(Singular, ServeBenchOfOneRequestForOneNewToken) {
+  const ProgramRun r = run_kvscope("serve-bench --requests 1 --prompt-len 1 --output-len 1 --repeat 1 --strategies none");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("assets/model, 1 request of 1 prompt + 1 new token (prompts: "),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(Singular, TheLawForBlocksOfOneSlotSpeaksOfItsOneToken) {
   const ProgramRun r = run_kvscope("simulate --tokens 64 --block-size 1");
   ASSERT_EQ(r.code, 0) << r.output;

@@ -224,8 +224,9 @@ void run_serve_bench(const ServeBenchArgs& a) {
 
   const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
   const int full_blocks = (a.prompt_len + a.output_len - 1 + a.block_size - 1) / a.block_size;
-  std::printf("kvscope serve-bench: %s, %s of %d prompt + %d new tokens (prompts: %s), greedy\n",
-              model_name.c_str(), plural(a.requests, "request").c_str(), a.prompt_len, a.output_len,
+  std::printf("kvscope serve-bench: %s, %s of %d prompt + %s (prompts: %s), greedy\n",
+              model_name.c_str(), plural(a.requests, "request").c_str(), a.prompt_len,
+              plural(a.output_len, "new token").c_str(),
               text.empty() ? "random token ids" : shown_path(text).c_str());
   std::printf("pool: %s of %s (%.2f MB of K/V); a request's whole context takes %s, so %d fit without eviction\n",
               plural(a.blocks, "block").c_str(), plural(a.block_size, "token").c_str(),

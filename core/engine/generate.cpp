@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope {
 
@@ -22,8 +23,8 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
   // (it is sampled, never fed), as the scheduler counts them. 64 bits: -n may be near INT_MAX.
   const int64_t total = int64_t(prompt.size()) + std::max(options.max_new_tokens - 1, 0);
   if (total > c.max_position_embeddings)
-    throw Error("generate: " + std::to_string(prompt.size()) + " prompt + " + std::to_string(options.max_new_tokens) +
-                " new tokens need " + std::to_string(total) + " positions" +
+    throw Error("generate: " + std::to_string(prompt.size()) + " prompt + " + plural(options.max_new_tokens, "new token") +
+                " need " + std::to_string(total) + " positions" +
                 (options.max_new_tokens > 0 ? " (the last new token is never fed)" : "") + ", more than the model's "
                 "max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   const int vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;

@@ -35,12 +35,12 @@ int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {
       throw Error(what + "token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
   const int context = int(prompt.size()) + max_new_tokens - 1;  // the last new token is never fed
   if (context > c.max_position_embeddings)
-    throw Error(what + std::to_string(prompt.size()) + " prompt + " + std::to_string(max_new_tokens) +
-                " new tokens exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
+    throw Error(what + std::to_string(prompt.size()) + " prompt + " + plural(max_new_tokens, "new token") +
+                " exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
   const int at_least = blocks_a_request_needs(engine_.config().schedule, context, config_.chunk, engine_.cache().block_size());
   if (at_least > engine_.cache().num_blocks())
-    throw Error(what + std::to_string(prompt.size()) + " prompt + " + std::to_string(max_new_tokens) +
-                " new tokens need at least " + std::to_string(at_least) + " blocks of " +
+    throw Error(what + std::to_string(prompt.size()) + " prompt + " + plural(max_new_tokens, "new token") +
+                " need at least " + std::to_string(at_least) + " blocks of " +
                 std::to_string(engine_.cache().block_size()) + " at once, and the pool has only " +
                 std::to_string(engine_.cache().num_blocks()) + ": it could never run");
   Request r;
