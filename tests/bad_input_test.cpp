@@ -268,6 +268,26 @@ TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {
   EXPECT_NE(run_kvscope("eval --windows 1 --context 128 --continuation 4 --policies streaming --keep 0.5")
                 .out.find("\n1 window of 128 tokens, "),
             std::string::npos);
+  // A text of one long document: "only 1 document ... is", and heads' tally of one
+  // sink and one recent token reads "the first token", "the newest token".
+  const std::string text = test::binary_path("one_document_" + std::to_string(::getpid()) + ".txt");
+  std::FILE* f = std::fopen(text.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  for (int i = 0; i < 300; ++i) std::fputs("The json module reads a file. ", f);
+  std::fclose(f);
+  const char* one = "(--windows 3 asked for more: only 1 document of the text is long enough)";
+  const ProgramRun heads1 = run_kvscope("heads --windows 3 --length 64 --from 32 --sinks 1 --recent 1 --text " + text);
+  EXPECT_EQ(heads1.code, 0) << heads1.err;
+  EXPECT_NE(heads1.out.find(one), std::string::npos) << heads1.out;
+  EXPECT_NE(heads1.out.find(" heads give half their attention or more to the first token, "), std::string::npos)
+      << heads1.out;
+  EXPECT_NE(heads1.out.find(" to the newest token;\n"), std::string::npos) << heads1.out;
+  const ProgramRun eval1 =
+      run_kvscope("eval --windows 3 --context 64 --continuation 4 --policies streaming --keep 0.5 --sinks 1 --recent 1"
+                  " --text " + text);
+  EXPECT_EQ(eval1.code, 0) << eval1.err;
+  EXPECT_NE(eval1.out.find(one), std::string::npos) << eval1.out;
+  std::remove(text.c_str());
 }
 
 // eval and heads read the model folder's heldout.txt when it has one, as serve-bench

@@ -33,6 +33,9 @@ struct HeadsArgs {
   HeadSettings settings;
 };
 
+// "the first 4 tokens", "the first token": n tokens after "first" or "newest".
+std::string tokens(int n) { return n == 1 ? "token" : std::to_string(n) + " tokens"; }
+
 const char* role(const HeadStats& h) {
   if (h.sink >= 0.5) return "sink";
   if (h.local >= 0.5) return "local";
@@ -62,8 +65,8 @@ void run_heads(const HeadsArgs& a) {
   std::printf("%s of %d tokens; queries at positions %d..%d, one at a time, full cache\n",
               plural(int64_t(windows.size()), "window").c_str(), a.length, s.from, a.length - 1);
   if (int(windows.size()) < a.windows)
-    std::printf("(--windows %d asked for more: only %zu documents of the text are long enough)\n", a.windows,
-                windows.size());
+    std::printf("(--windows %d asked for more: only %s of the text %s long enough)\n", a.windows,
+                plural(int64_t(windows.size()), "document").c_str(), windows.size() == 1 ? "is" : "are");
   std::printf("\n");
   std::printf("| layer | head | sink (first %d) | local (newest %d) | heavy (top 10%% of the rest) | role |\n",
               s.sinks, s.recent);
@@ -81,8 +84,8 @@ void run_heads(const HeadsArgs& a) {
   std::printf("| even | | %.1f%% | %.1f%% | %.1f%% | (a head attending evenly) |\n\n", 100 * even.sink,
               100 * even.local, 100 * even.heavy);
   const int n = c.num_layers * c.num_heads;
-  std::printf("%d of %d heads give half their attention or more to the first %d tokens, %d to the newest %d;\n",
-              sinks, n, s.sinks, locals, s.recent);
+  std::printf("%d of %d heads give half their attention or more to the first %s, %d to the newest %s;\n", sinks, n,
+              tokens(s.sinks).c_str(), locals, tokens(s.recent).c_str());
   std::printf("in %d of them, the top 10%% of the other keys take half or more of the rest.\n", heavies);
 }
 
