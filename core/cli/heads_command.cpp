@@ -33,7 +33,7 @@ struct HeadsArgs {
   HeadSettings settings;
 };
 
-// "the first 4 tokens", "the first token": n tokens after "first" or "newest".
+// "the first 4 tokens", "the first token".
 std::string tokens(int n) { return n == 1 ? "token" : std::to_string(n) + " tokens"; }
 
 const char* role(const HeadStats& h) {
@@ -84,8 +84,8 @@ void run_heads(const HeadsArgs& a) {
   std::printf("| even | | %.1f%% | %.1f%% | %.1f%% | (a head attending evenly) |\n\n", 100 * even.sink,
               100 * even.local, 100 * even.heavy);
   const int n = c.num_layers * c.num_heads;
-  std::printf("%d of %d heads give half their attention or more to the first %s, %d to the newest %s;\n", sinks, n,
-              tokens(s.sinks).c_str(), locals, tokens(s.recent).c_str());
+  std::printf("%d of %d heads give half their attention or more to the first %s, %d to the newest %d;\n", sinks, n,
+              tokens(s.sinks).c_str(), locals, s.recent);
   std::printf("in %d of them, the top 10%% of the other keys take half or more of the rest.\n", heavies);
 }
 
