@@ -261,6 +261,9 @@ int run(const Args& a) {
   if (!a.mouse.empty() && (std::sscanf(a.mouse.c_str(), "%f,%f%n", &mouse.x, &mouse.y, &used) != 2 ||
                            size_t(used) != a.mouse.size() || !std::isfinite(mouse.x) || !std::isfinite(mouse.y)))
     fail("--mouse must be X,Y in pixels, got \"" + a.mouse + "\"");
+  if (!a.mouse.empty() && !(mouse.x >= 0 && mouse.x < width && mouse.y >= 0 && mouse.y < height))
+    fail("--mouse " + a.mouse + " is outside the " + std::to_string(width) + "x" + std::to_string(height) +
+         " picture: X from 0 to " + std::to_string(width - 1) + ", Y from 0 to " + std::to_string(height - 1));
 
   glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
   if (!glfwInit())
