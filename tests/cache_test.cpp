@@ -98,6 +98,9 @@ TEST(BlockPool, ExhaustedSaysSo) {
   BlockPool pool(3);
   for (int i = 0; i < 3; ++i) pool.allocate();
   expect_error([&] { pool.allocate(); }, "block pool exhausted: all 3 blocks are in use");
+  BlockPool one(1);
+  one.allocate();
+  expect_error([&] { one.allocate(); }, "block pool exhausted: its one block is in use");
   expect_error([] { BlockPool none(0); }, "at least one block");
 }
 

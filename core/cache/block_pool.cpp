@@ -16,7 +16,9 @@ BlockPool::BlockPool(int num_blocks) {
 
 int BlockPool::allocate() {
   if (free_count_ == 0)
-    throw PoolExhausted("block pool exhausted: all " + std::to_string(num_blocks()) + " blocks are in use");
+    throw PoolExhausted(num_blocks() == 1 ? "block pool exhausted: its one block is in use"
+                                          : "block pool exhausted: all " + std::to_string(num_blocks()) +
+                                                " blocks are in use");
   const int block = free_queue_[head_];
   head_ = (head_ + 1) % num_blocks();
   --free_count_;
