@@ -81,7 +81,13 @@ fuzz() {
   echo "== fuzz: every target ran ${seconds}s without a crash"
 }
 
-# The mode is checked before anything is installed.
+# The mode is checked before anything is installed; settings go in the environment
+# (JOBS, CMAKE_ARGS, FUZZ_SECONDS, FUZZ_SEED), never after the mode.
+if [ $# -gt 1 ]; then
+  shift
+  echo "setup.sh: one mode at most, and '$*' came after '$mode'; usage: bash setup.sh [demo|test|build|sanitize|fuzz] (--help says what each does)" >&2
+  exit 2
+fi
 case "$mode" in
   demo|test|build|sanitize|fuzz) ;;
   -h|--help|help)
