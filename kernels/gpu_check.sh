@@ -34,6 +34,12 @@
 # path leads to it. Without prebuilt programs the script builds them there
 # (BUILD=build-gpu JOBS=16), which works only where those packages are installed.
 set -u
+# One word at most, --prepare; anything else (a typo of it, say) would run the GPU
+# check here and write a report of a machine without a GPU.
+if [ $# -gt 1 ] || { [ $# = 1 ] && [ "$1" != --prepare ]; }; then
+  echo "gpu_check.sh: expects no argument (the run on the GPU machine) or --prepare (the build here), got '$*'" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-16}

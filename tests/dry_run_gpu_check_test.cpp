@@ -123,5 +123,23 @@ TEST(DryRunOfGpuCheck, StepsPastTheBudgetAreListedAsSkipped) {
   EXPECT_NE(line_with(r.report, "of the 12 s budget left)", "kvscope bench gpu-decode"), "") << r.report;
 }
 
+// A typo of --prepare once ran the whole check on the development machine and
+// wrote a report of a machine without a GPU; now it is refused before anything runs.
+TEST(DryRunOfGpuCheck, AnArgumentOtherThanPrepareIsRefused) {
+  const std::string script = test::source_path("kernels/gpu_check.sh");
+  for (const std::string args : {"--perpare", "--prepare extra", "now"}) {
+    const fs::path out = fs::temp_directory_path() / ("kvscope-gpu-check-args-" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    fs::create_directories(out);
+    const test::ProgramRun r = test::run_command("OUT='" + out.string() + "' bash '" + script + "' " + args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_EQ(r.output, "gpu_check.sh: expects no argument (the run on the GPU machine) or --prepare (the build here), "
+                        "got '" + args + "'\n")
+        << args;
+    EXPECT_FALSE(fs::exists(out / "gpu-results.md")) << args;
+    fs::remove_all(out);
+  }
+}
+
 }  // namespace
 }  // namespace kvscope
