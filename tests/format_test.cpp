@@ -28,6 +28,13 @@ TEST(Format, PluralTakesAnSUnlessTheCountIsOne) {
   EXPECT_EQ(plural(-1, "step"), "-1 steps");
 }
 
+TEST(Format, AnBeforeTheNumbersThatAreReadWithAVowel) {
+  for (const char* n : {"8", "80", "8.5", "800", "8000", "11", "18", "11.5", "11000", "18000", "11000000", "8e+06"})
+    EXPECT_STREQ(a_or_an(n), "an") << n;
+  for (const char* n : {"1", "24", "0.5", "0.001", "110", "180", "1100", "1800", "111", "1.8", "1e+06", "16"})
+    EXPECT_STREQ(a_or_an(n), "a") << n;
+}
+
 TEST(Format, BytesInDecimalUnitsWithThreeSignificantDigits) {
   EXPECT_EQ(bytes(0), "0 B");
   EXPECT_EQ(bytes(999), "999 B");

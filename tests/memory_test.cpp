@@ -196,6 +196,12 @@ TEST(MemoryCommand, SmallSizesAreNotZeroGb) {
   EXPECT_EQ(r.output.find("0.00 GB"), std::string::npos) << r.output;
 }
 
+TEST(MemoryCommand, AnEightyGbGpu) {
+  const test::ProgramRun r = run_memory(config_arg("qwen3-32b-config.json") + " --gpu-gb 80", kStdout);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nFit on an 80 GB GPU (1 GB = 1e9 bytes), K/V at 16 bits:\n"), std::string::npos) << r.output;
+}
+
 // Each bad input: exit code 1 and one line "kvscope: error: ..." naming the problem.
 TEST(MemoryCommand, BadInputExitsWithOneLineError) {
   const std::string c32 = config_arg("qwen3-32b-config.json");

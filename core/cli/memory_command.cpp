@@ -91,7 +91,8 @@ void run_memory(const MemoryArgs& a) {
   std::printf("  at %d bits: %s bytes = %s (no quantization scales counted)\n\n", b.weight_bits,
               commas(weight_bytes(c, b.weight_bits)).c_str(), gb(fit.weight_bytes).c_str());
 
-  std::printf("Fit on a %g GB GPU (1 GB = 1e9 bytes), K/V at %d bits:\n", b.gpu_gb, b.kv_bits);
+  const std::string gpu_gb = fmt("%g", b.gpu_gb);
+  std::printf("Fit on %s %s GB GPU (1 GB = 1e9 bytes), K/V at %d bits:\n", a_or_an(gpu_gb), gpu_gb.c_str(), b.kv_bits);
   int w = 9;  // the column of GB, as wide as its widest entry
   for (double bytes : {fit.gpu_bytes, fit.weight_bytes, fit.reserve_bytes, fit.free_bytes})
     w = std::max(w, int(gb(bytes).size()));

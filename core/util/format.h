@@ -34,6 +34,17 @@ inline std::string plural(int64_t n, const std::string& noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
+// The article before a number as it is read aloud: "an" for 8, 11, 18, 80, 800,
+// 8000, 11000 ("eight", "eleven", "eighteen", "eighty", "eight thousand", "eleven
+// thousand"), else "a": a_or_an("80") + " 80 GB GPU" -> "an 80 GB GPU".
+inline const char* a_or_an(const std::string& number) {
+  if (number.rfind("8", 0) == 0) return "an";
+  const size_t whole = number.find_first_not_of("0123456789");  // the digits before any '.' or 'e'
+  const size_t digits = whole == std::string::npos ? number.size() : whole;
+  const bool eleven_or_eighteen = number.rfind("11", 0) == 0 || number.rfind("18", 0) == 0;
+  return eleven_or_eighteen && digits % 3 == 2 ? "an" : "a";  // 11, 11000, 11000000; not 110 or 1100
+}
+
 // 0.8751 -> "87.5%"; NaN (no such number at this point) -> "-".
 inline std::string percent(double f, int decimals = 1) {
   if (std::isnan(f)) return "-";
