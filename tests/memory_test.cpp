@@ -3,8 +3,11 @@
 #include "model/memory.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "model/config.h"
@@ -194,6 +197,22 @@ TEST(MemoryCommand, SmallSizesAreNotZeroGb) {
   EXPECT_NE(r.output.find("-   0.001 GB  reserve"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("= 0.00638 GB  free for the KV cache\n"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("0.00 GB"), std::string::npos) << r.output;
+}
+
+// One layer and one KV head (multi-query attention) read in the singular.
+TEST(MemoryCommand, OneLayerAndOneKvHead) {
+  const std::string path = test::binary_path("one_layer_mqa_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 160,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+    "vocab_size": 384, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+    "tie_word_embeddings": true})";
+  const test::ProgramRun r = run_memory("--config '" + path + "'", kStdout);
+  std::remove(path.c_str());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\n  1 layer, 4 query heads, 1 KV head, head_dim 32, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  8-bit: 2 x 1 layer x 1 KV head x 32 dims x 1 byte = 64 bytes = 0.06 KiB per token"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(MemoryCommand, AnEightyGbGpu) {

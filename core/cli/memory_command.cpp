@@ -55,9 +55,10 @@ std::string kv_formula(const ModelConfig& c, int kv_bits) {
   const int bytes_per_element = kv_bits / 8;
   const int64_t per_token = kv_bytes_per_token(c, kv_bits);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "2 x %d layers x %d KV heads x %d dims x %d %s = %" PRId64 " bytes = %s per token",
-                c.num_layers, c.num_kv_heads, c.head_dim, bytes_per_element, bytes_per_element == 1 ? "byte" : "bytes",
-                per_token, kib(per_token).c_str());
+  std::snprintf(buf, sizeof buf, "2 x %s x %s x %s x %s = %" PRId64 " bytes = %s per token",
+                plural(c.num_layers, "layer").c_str(), plural(c.num_kv_heads, "KV head").c_str(),
+                plural(c.head_dim, "dim").c_str(), plural(bytes_per_element, "byte").c_str(), per_token,
+                kib(per_token).c_str());
   return buf;
 }
 
@@ -79,9 +80,9 @@ void run_memory(const MemoryArgs& a) {
   const KvFit fit = fit_kv_cache(c, b);
 
   std::printf("kvscope memory: %s\n", shown_path(a.config).c_str());
-  std::printf("  %d layers, %d query heads, %d KV heads, head_dim %d, hidden %d, vocab %d, %s embeddings\n\n",
-              c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.hidden_size, c.vocab_size,
-              c.tie_word_embeddings ? "tied" : "untied");
+  std::printf("  %s, %s, %s, head_dim %d, hidden %d, vocab %d, %s embeddings\n\n", plural(c.num_layers, "layer").c_str(),
+              plural(c.num_heads, "query head").c_str(), plural(c.num_kv_heads, "KV head").c_str(), c.head_dim,
+              c.hidden_size, c.vocab_size, c.tie_word_embeddings ? "tied" : "untied");
 
   print_kv_table(c, b.kv_bits);
 
