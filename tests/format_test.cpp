@@ -35,6 +35,22 @@ TEST(Format, AnBeforeTheNumbersThatAreReadWithAVowel) {
     EXPECT_STREQ(a_or_an(n), "a") << n;
 }
 
+TEST(Format, ParameterCountsInMillionsOrBillions) {
+  EXPECT_EQ(params_text(76032), "0.08M");
+  EXPECT_EQ(params_text(1312128), "1.31M");     // the bundled model
+  EXPECT_EQ(params_text(99999999), "100.00M");  // just under the switch
+  EXPECT_EQ(params_text(100000000), "0.10B");
+  EXPECT_EQ(params_text(596049920), "0.60B");   // Qwen3-0.6B
+  EXPECT_EQ(params_text(32762123264), "32.76B");  // Qwen3-32B
+}
+
+TEST(Format, KibExactOrWithTwoDecimals) {
+  EXPECT_EQ(kib(229376), "224 KiB");
+  EXPECT_EQ(kib(256), "0.25 KiB");
+  EXPECT_EQ(kib(2304), "2.25 KiB");
+  EXPECT_EQ(kib(0), "0 KiB");
+}
+
 TEST(Format, BytesInDecimalUnitsWithThreeSignificantDigits) {
   EXPECT_EQ(bytes(0), "0 B");
   EXPECT_EQ(bytes(999), "999 B");

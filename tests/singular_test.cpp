@@ -2,7 +2,10 @@
 // tokens ... 1 blocks". The counts come from the user's flags, so 1 is a count
 // the program meets (util/format.h: plural()).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "run_kvscope.h"
@@ -47,6 +50,43 @@ TEST(Singular, TheLawForBlocksOfOneSlotSpeaksOfItsOneToken) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("all 1 of"), std::string::npos) << r.output;
+}
+
+// A model of one layer and one KV head (multi-query attention), as a user's
+// config.json may give: the commands that read only its shape say so in the
+// singular, and a small model's size is not "0M parameters" or "0 KiB per token".
+class OneLayerOneKvHead : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(config_) << R"({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 160,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+      "vocab_size": 384, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+      "tie_word_embeddings": true})";
+  }
+  void TearDown() override { std::remove(config_.c_str()); }
+  const std::string config_ = test::binary_path("one_layer_one_kv_head_" + std::to_string(::getpid()) + ".json");
+};
+
+TEST_F(OneLayerOneKvHead, BenchAttention) {
+  const ProgramRun r = run_kvscope("bench attention --contexts 64 --queries 4 --repeats 1 --config " + config_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(" (4 query heads, 1 KV head, head_dim 32), f32\n"), std::string::npos) << r.output;
+}
+
+TEST_F(OneLayerOneKvHead, BenchCompaction) {
+  const ProgramRun r = run_kvscope("bench compaction --tokens 64 --repeats 1 --config " + config_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(" (1 layer, kv_dim 32, f32: 0.25 KiB per token)\n"), std::string::npos) << r.output;
+}
+
+TEST_F(OneLayerOneKvHead, ServeBench) {
+  const ProgramRun r = run_kvscope("serve-bench --requests 1 --prompt-len 8 --output-len 4 --repeat 1 --strategies none"
+                                   " --config " + config_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("'s shape (1 layer)...\n"), std::string::npos) << r.output;
+  // 384 x 64 embeddings + one layer (q 128 x 64, k and v 32 x 64, o 64 x 128, MLP 3 x 160 x 64, norms 192)
+  // + the final norm's 64 = 76,032
+  EXPECT_NE(r.output.find(" (1 layer, 0.08M parameters, random bf16 weights), "), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -72,8 +72,9 @@ void run_attention_bench(const AttentionBenchArgs& a) {
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
   const int block_size = 16;
   check_fits_longest_context(c, a, block_size);  // before the table, not half-way down it
-  std::printf("kvscope bench attention: one attention layer of %s (%d query heads, %d KV heads, head_dim %d), f32\n",
-              shown_path(a.config).c_str(), c.num_heads, c.num_kv_heads, c.head_dim);
+  std::printf("kvscope bench attention: one attention layer of %s (%s, %s, head_dim %d), f32\n",
+              shown_path(a.config).c_str(), plural(c.num_heads, "query head").c_str(),
+              plural(c.num_kv_heads, "KV head").c_str(), c.head_dim);
   std::printf("machine: %s, %s\n\n", cpu_name().c_str(), plural(omp_get_max_threads(), "thread").c_str());
   std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max |flash - eager| |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");

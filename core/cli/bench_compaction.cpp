@@ -50,10 +50,9 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
   check_distinct(a.block_sizes, "--block-sizes");
   const ModelConfig c = load_config_file(a.config);
   check_fits(c, a);  // before the table, not half-way down it
-  std::printf("kvscope bench compaction: %s in a cache shaped like %s (%d layers, kv_dim %d, f32: %.0f KiB per "
-              "token)\n",
-              plural(a.tokens, "token").c_str(), shown_path(a.config).c_str(), c.num_layers, c.kv_dim(),
-              2.0 * c.num_layers * c.kv_dim() * 4 / 1024);
+  std::printf("kvscope bench compaction: %s in a cache shaped like %s (%s, kv_dim %d, f32: %s per token)\n",
+              plural(a.tokens, "token").c_str(), shown_path(a.config).c_str(), plural(c.num_layers, "layer").c_str(),
+              c.kv_dim(), kib(2 * int64_t(c.num_layers) * c.kv_dim() * 4).c_str());
   std::printf("machine: %s\n\n", cpu_name().c_str());
   std::printf("| block size | evicted | moves | bytes moved | compaction | GB/s | memcpy of the same bytes | GB/s | compaction / memcpy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

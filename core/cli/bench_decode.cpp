@@ -78,9 +78,8 @@ void run_bench(const BenchArgs& a) {
     print_warnings({message});
   }
 
-  const double params = double(config.parameter_count());  // a test model's 1.3M would read "0.00B"
-  std::printf("kvscope bench: %s (%.2f%s parameters), random weights\n", shown_path(a.config).c_str(),
-              params >= 1e8 ? params / 1e9 : params / 1e6, params >= 1e8 ? "B" : "M");
+  std::printf("kvscope bench: %s (%s parameters), random weights\n", shown_path(a.config).c_str(),
+              params_text(config.parameter_count()).c_str());
   std::printf("machine: %s, %d hardware threads\n", cpu_name().c_str(), omp_get_num_procs());
 
   // 1. The ceiling: DRAM read bandwidth at each thread count.

@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "model/config.h"
 #include "util/error.h"
+#include "util/format.h"
 #ifdef KVSCOPE_HAVE_CUDA
 #include "cli/bench_gpu_util.h"
 #include "device_array.h"
@@ -72,8 +73,9 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
   const ModelConfig c = load_config_file(a.config);
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
   const int block_size = 16, kv_dim = c.kv_dim();
-  std::printf("kvscope bench gpu-attention: one attention layer of %s (%d query heads, %d KV heads, head_dim %d), "
-              "f32 K/V, block size %d\n", shown_path(a.config).c_str(), c.num_heads, c.num_kv_heads, c.head_dim, block_size);
+  std::printf("kvscope bench gpu-attention: one attention layer of %s (%s, %s, head_dim %d), f32 K/V, block size %d\n",
+              shown_path(a.config).c_str(), plural(c.num_heads, "query head").c_str(),
+              plural(c.num_kv_heads, "KV head").c_str(), c.head_dim, block_size);
   print_gpu_machine(gpu);
 
   // Random K/V for the longest context, shared by every row; random queries.

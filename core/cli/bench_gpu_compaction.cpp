@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "model/config.h"
 #include "util/error.h"
+#include "util/format.h"
 #ifdef KVSCOPE_HAVE_CUDA
 #include "cli/bench_gpu_util.h"
 #include "device_array.h"
@@ -40,8 +41,9 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-compaction");
   const ModelConfig c = load_config_file(a.config);
   const int bs = a.block_size;
-  std::printf("kvscope bench gpu-compaction: a cache shaped like %s (%d layers, kv_dim %d, f32: %.0f KiB per token), "
-              "block size %d\n", shown_path(a.config).c_str(), c.num_layers, c.kv_dim(), 2.0 * c.num_layers * c.kv_dim() * 4 / 1024, bs);
+  std::printf("kvscope bench gpu-compaction: a cache shaped like %s (%s, kv_dim %d, f32: %s per token), "
+              "block size %d\n", shown_path(a.config).c_str(), plural(c.num_layers, "layer").c_str(), c.kv_dim(),
+              kib(2 * int64_t(c.num_layers) * c.kv_dim() * 4).c_str(), bs);
   print_gpu_machine(gpu);
   std::printf("\n| tokens | evicted | moves | bytes moved | compaction | GB/s | cudaMemcpy D2D of the same bytes | GB/s | compaction / memcpy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

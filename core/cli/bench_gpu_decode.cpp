@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "model/config.h"
 #include "util/error.h"
+#include "util/format.h"
 #ifdef KVSCOPE_HAVE_CUDA
 #include "cli/bench_gpu_util.h"
 #include "cuda_backend.h"
@@ -111,9 +112,8 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
   check_distinct(a.sequences, "--sequences");
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-decode");
   const ModelConfig config = load_config_file(a.config);
-  const double params = double(config.parameter_count());
-  std::printf("kvscope bench gpu-decode: %s (%.2f%s parameters), random weights, through the engine on --device cuda\n",
-              shown_path(a.config).c_str(), params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M");
+  std::printf("kvscope bench gpu-decode: %s (%s parameters), random weights, through the engine on --device cuda\n",
+              shown_path(a.config).c_str(), params_text(config.parameter_count()).c_str());
   print_gpu_machine(gpu);
   std::printf("\n| weights | sequences | prefill tok/s (%d-token prompts) | decode tok/s (all sequences) | GB read per step "
               "| bandwidth limit tok/s | decode / limit |\n",

@@ -30,16 +30,6 @@ struct MemoryArgs {
   MemoryBudget budget;
 };
 
-// Bytes as KiB: "256 KiB" when exact, "2.25 KiB" otherwise.
-std::string kib(int64_t bytes) {
-  char buf[64];
-  if (bytes % 1024 == 0)
-    std::snprintf(buf, sizeof buf, "%" PRId64 " KiB", bytes / 1024);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f KiB", double(bytes) / 1024);
-  return buf;
-}
-
 // Decimal GB with two decimals, 16381061632 -> "16.38 GB"; under 0.1 GB with three
 // significant digits, so a small model's weights are not "0.00 GB": 2624256 -> "0.00262 GB".
 std::string gb(double bytes) {

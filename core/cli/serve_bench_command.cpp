@@ -192,14 +192,15 @@ void run_serve_bench(const ServeBenchArgs& a) {
       throw Error("--layers " + std::to_string(a.layers) + ": " + a.config + " has only " +
                   std::to_string(shape.num_layers) + " layers");
     if (a.layers > 0) shape.num_layers = a.layers;
-    std::fprintf(stderr, "building a random bf16 model of %s's shape (%d layers)...\n", a.config.c_str(), shape.num_layers);
+    std::fprintf(stderr, "building a random bf16 model of %s's shape (%s)...\n", a.config.c_str(),
+                 plural(shape.num_layers, "layer").c_str());
     return random_model(shape, DType::BF16, a.seed);
   }();
   print_warnings(model.warnings);
   const ModelConfig& c = model.config;
   const std::string model_name =
-      random ? shown_path(a.config) + " (" + std::to_string(c.num_layers) + " layers, " +
-                   std::to_string(c.parameter_count() / 1000000) + "M parameters, random bf16 weights)"
+      random ? shown_path(a.config) + " (" + plural(c.num_layers, "layer") + ", " + params_text(c.parameter_count()) +
+                   " parameters, random bf16 weights)"
              : shown_path(a.model_dir);
 
   // Random ids only for a random model, or where not even the bundled model's text is here.

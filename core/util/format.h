@@ -45,12 +45,24 @@ inline const char* a_or_an(const std::string& number) {
   return eleven_or_eighteen && digits % 3 == 2 ? "an" : "a";  // 11, 11000, 11000000; not 110 or 1100
 }
 
+// A parameter count in millions or, from 1e8, billions: 1312128 -> "1.31M",
+// 596049920 -> "0.60B" (a test model's 1.3M would read "0.00B").
+inline std::string params_text(int64_t n) {
+  return n >= 100000000 ? fmt("%.2fB", double(n) / 1e9) : fmt("%.2fM", double(n) / 1e6);
+}
+
 // 0.8751 -> "87.5%"; NaN (no such number at this point) -> "-".
 inline std::string percent(double f, int decimals = 1) {
   if (std::isnan(f)) return "-";
   char format[16];
   std::snprintf(format, sizeof format, "%%.%df%%%%", decimals);
   return fmt(format, 100 * f);
+}
+
+// Bytes as KiB: "256 KiB" when exact, "2.25 KiB" otherwise.
+inline std::string kib(int64_t bytes) {
+  if (bytes % 1024 == 0) return std::to_string(bytes / 1024) + " KiB";
+  return fmt("%.2f KiB", double(bytes) / 1024);
 }
 
 // Decimal units, three significant digits: 433000000 -> "433 MB".
