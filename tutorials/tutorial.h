@@ -1,14 +1,42 @@
-// Small helpers shared by the tutorials' programs: finding the repository's files,
-// and printing numbers the way the chapters quote them.
+// Small helpers shared by the tutorials' programs: running a chapter, finding the
+// repository's files, and printing numbers the way the chapters quote them.
 #pragma once
 
 #include <cinttypes>
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 #include <string>
 
 #include "util/file.h"
 
 namespace kvscope::tutorial {
+
+// Every chapter's main: runs the chapter, which takes no arguments. Given one
+// (--help, say), the program says which chapter it prints and runs nothing; an
+// error (a file of the repository missing, say) is one line and exit code 1.
+inline int run_chapter(int argc, char** argv, void (*chapter)()) {
+  const std::string name = std::filesystem::path(argv[0]).filename().string();  // e.g. 03-evict-87-reclaim-12
+  const std::string text = "tutorials/" + name + "/README.md";
+  if (argc > 1) {
+    const std::string arg = argv[1];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s prints the numbers that %s quotes; it takes no arguments\n", argv[0], text.c_str());
+      return 0;
+    }
+    std::fprintf(stderr, "%s: takes no arguments, got '%s' (it prints the numbers that %s quotes)\n", name.c_str(),
+                 arg.c_str(), text.c_str());
+    return 2;
+  }
+  try {
+    chapter();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
+    return 1;
+  }
+}
 
 // A file of the repository, by its path from the repository root. The programs
 // are run from the root (as the chapters show), and print this relative path;

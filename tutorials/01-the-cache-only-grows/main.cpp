@@ -19,7 +19,7 @@ struct Named {
   ModelConfig config;
 };
 
-int main() {
+static void chapter() {
   std::vector<Named> models = {{"Qwen3-0.6B", "assets/configs/qwen3-0.6b-config.json", {}},
                                {"Qwen3-32B", "assets/configs/qwen3-32b-config.json", {}}};
   for (Named& m : models) m.config = load_config_file(repo_path(m.path));
@@ -84,5 +84,6 @@ int main() {
   const KvFit& big = fits[1];
   std::printf("\n%s on a %g GB GPU: %s tokens of cache in all, for every sequence it serves together.\n",
               models[1].name.c_str(), budget.gpu_gb, commas(big.tokens).c_str());
-  return 0;
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }

@@ -131,8 +131,9 @@ void part2_same_logits() {
   }
 }
 
-int main() {
+static void chapter() {
   part1_block_tables();
   part2_same_logits();
-  return 0;
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }

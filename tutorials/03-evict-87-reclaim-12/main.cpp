@@ -48,7 +48,7 @@ SimulationConfig one_shot(int block_size, const std::string& policy, const std::
   return c;
 }
 
-int main() {
+static void chapter() {
   std::printf("%s tokens, %s of them evicted in one round, no tokens protected; %d seeds per row\n",
               commas(kTokens).c_str(), percent(kEvict).c_str(), kSeeds);
   std::printf("(blocks freed: mean [min, max] over seeds 1..%d)\n\n", kSeeds);
@@ -96,5 +96,6 @@ int main() {
 
   std::printf("\nEvicted %s, reclaimed %.0f%% (%s): at block size 16, random eviction gives back what f^16 predicts.\n",
               percent(kEvict).c_str(), 100 * freed_at_16, percent(freed_at_16).c_str());
-  return 0;
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }

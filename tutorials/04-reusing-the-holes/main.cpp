@@ -180,9 +180,10 @@ void part3_model() {
   }
 }
 
-int main() {
+static void chapter() {
   part1_small_example();
   part2_streaming();
   part3_model();
-  return 0;
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }

@@ -27,7 +27,7 @@ using namespace kvscope::tutorial;
 // attention_flash walks kFlashTile keys at a time with kFlashQueryTile queries (core/model/attention.h).
 constexpr int kTile = kFlashTile, kQueryTile = kFlashQueryTile;
 
-int main() {
+static void chapter() {
   const std::string config_file = "assets/configs/qwen3-0.6b-config.json";
   ModelConfig c = load_config_file(repo_path(config_file));
   c.num_layers = 1;  // attention is per layer: one is enough
@@ -109,5 +109,6 @@ int main() {
                   bytes(kv_copies).c_str(), bytes(p + kv_copies + qm).c_str(), T == ctx ? "  (a whole prefill)" : "");
     }
   }
-  return 0;
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }

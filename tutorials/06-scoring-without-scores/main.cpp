@@ -85,7 +85,7 @@ std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibr
   return {orc, tri, h2o, newest, rnd};
 }
 
-int main() {
+static void chapter() {
   const std::string dir = "assets/model";
   const Model model = load_model(repo_path(dir));
   const Tokenizer tokenizer = Tokenizer::load(repo_path(dir + "/tokenizer.json"));
@@ -149,3 +149,5 @@ int main() {
   std::printf("\nAn even spread over the middle would put %.0f%%, %.0f%%, %.0f%% and %.0f%% of the picks in those ranges.\n",
               100.0 * (64 - 33) / middle, 100.0 * 64 / middle, 100.0 * 128 / middle, 100.0 * (509 - 256) / middle);
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }

@@ -173,9 +173,10 @@ void part3_when() {
   }
 }
 
-int main() {
+static void chapter() {
   part1_small_plan();
   part2_bytes();
   part3_when();
-  return 0;
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }

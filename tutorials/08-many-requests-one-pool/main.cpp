@@ -86,7 +86,7 @@ double mean(const std::vector<int>& v) {
   return v.empty() ? 0 : s / double(v.size());
 }
 
-int main() {
+static void chapter() {
   const Model model = load_model(repo_path("assets/model"));
   const Tokenizer tok = Tokenizer::load(repo_path("assets/model/tokenizer.json"));
   const std::vector<std::vector<int>> ps = prompts(tok);
@@ -147,5 +147,6 @@ int main() {
   }
   std::printf("  %d of %d preempted requests end as if never stopped; %lld tokens were computed twice\n", same,
               preempted, static_cast<long long>(none.stats.recomputed_tokens));
-  return 0;
 }
+
+int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }
