@@ -185,6 +185,21 @@ TEST(BadInput, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
   EXPECT_EQ(r.out, "") << "the run went ahead";
 }
 
+// Standard output that cannot take the table (/dev/full: every write fails as on a
+// full disk) is an error, not exit code 0 with the table lost.
+TEST(BadInput, StandardOutputThatCannotBeWrittenIsAnError) {
+  for (const std::string& command :
+       {std::string("simulate --tokens 100"), "memory --config '" + test::source_path("assets/model/config.json") + "'"}) {
+    const test::ProgramRun r = test::run_shell(test::binary_path("kvscope") + " " + command + " 2>&1 >/dev/full");
+    EXPECT_EQ(r.code, 1) << command << ": " << r.output;
+    EXPECT_EQ(r.output, "kvscope: error: standard output: write failed (disk full?)\n") << command;
+  }
+  const test::ProgramRun chapter =
+      test::run_shell(test::binary_path("tutorials/01-the-cache-only-grows") + " 2>&1 >/dev/full");
+  EXPECT_EQ(chapter.code, 1) << chapter.output;
+  EXPECT_EQ(chapter.output, "01-the-cache-only-grows: error: standard output: write failed (disk full?)\n");
+}
+
 TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {
   expect_one_line_error(kTiny + "--prompt hi --budget 20 --sinks 4 --recent 32",
                         "eviction budget 20 is smaller than the protected tokens (4 sinks + 32 recent)");

@@ -30,12 +30,16 @@ inline int run_chapter(int argc, char** argv, void (*chapter)()) {
   }
   try {
     chapter();
-    return 0;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
     return 1;
   }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {  // the numbers were the point
+    std::fprintf(stderr, "%s: error: standard output: write failed (disk full?)\n", name.c_str());
+    return 1;
+  }
+  return 0;
 }
 
 // A file of the repository, by its path from the repository root. The programs

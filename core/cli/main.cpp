@@ -137,5 +137,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvscope: error: %s\n", e.what());
     return 1;
   }
+  // The tables and the text went to standard output: if it could not take them
+  // (a full disk, say), the run did not do its job, and exit code 0 would hide that.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "kvscope: error: standard output: write failed (disk full?)\n");
+    return 1;
+  }
   return 0;
 }
