@@ -422,9 +422,14 @@ int main(int argc, char** argv) {
   } catch (const kvscope::Error& e) {
     fail(e.what());
   }
+  int code = 0;
   try {
-    return run(a);
+    code = run(a);
   } catch (const std::exception& e) {
     fail(e.what());
   }
+  // What it printed (the headline, "wrote FILE.png", a timing table) went to standard
+  // output: a write that failed there (a full disk, say) is not exit code 0.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) fail("standard output: write failed (disk full?)");
+  return code;
 }
