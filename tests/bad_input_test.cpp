@@ -69,6 +69,9 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error("bench decod", "no command named decod; the commands: decode attention compaction");
   expect_one_line_error("bench", "bench needs a command; the commands: decode");
   expect_one_line_error("", "kvscope needs a command; the commands: generate");
+  // An option of one value given twice: once CLI11's "At Most 1 required but received 2".
+  expect_one_line_error("simulate --tokens 5 --tokens 6", "--tokens: given 2 times; it takes one value");
+  expect_one_line_error(kTiny + "--prompt a --prompt b", "--prompt: given 2 times; it takes one value");
   const ProgramRun help = run_kvscope("generate --help");
   EXPECT_EQ(help.code, 0) << help.err;
   EXPECT_NE(help.out.find("--tokens"), std::string::npos) << help.out;

@@ -23,6 +23,7 @@
 
 #include "app.h"
 #include "cli/comma_lists.h"
+#include "cli/parse_error.h"
 #include "imgui_impl_glfw.h"
 #include "imgui_impl_opengl3.h"
 #include "palette.h"
@@ -418,7 +419,7 @@ int main(int argc, char** argv) {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return cli.exit(e);  // --help: print it, exit 0
-    fail(std::string(e.what()) + " (--help lists the options)");
+    fail(kvscope::cli::parse_error_text(e) + " (--help lists the options)");
   } catch (const kvscope::Error& e) {
     fail(e.what());
   }

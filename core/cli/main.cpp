@@ -20,6 +20,7 @@
 
 #include "cli/comma_lists.h"
 #include "cli/commands.h"
+#include "cli/parse_error.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -124,7 +125,7 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help: print it, exit 0
     const std::string what = std::string(e.what()).find("subcommand") != std::string::npos
                                  ? kvscope::cli::missing_command(app, argc, argv)
-                                 : e.what();
+                                 : kvscope::cli::parse_error_text(e);
     std::fprintf(stderr, "kvscope: error: %s (--help lists the options)\n", what.c_str());
     return 1;
   } catch (const kvscope::Error& e) {
