@@ -95,8 +95,7 @@ void run_eval(EvalArgs a) {
               plural(report.windows, "window").c_str(), s.context, s.scored_from < 0 ? s.context / 2 : s.scored_from,
               plural(s.continuation, "token").c_str());
   if (a.windows > report.windows)
-    std::printf("(--windows %d asked for more: only %s of the text %s long enough)\n", a.windows,
-                plural(report.windows, "document").c_str(), report.windows == 1 ? "is" : "are");
+    std::printf("%s\n", fewer_windows_note(a.windows, report.windows).c_str());
   std::printf("block size %d, rounds at budget + %d, sinks %d, recent %d\n\n", s.block_size, s.slack, s.sinks,
               s.recent);
   std::fputs(markdown_table(report).c_str(), stdout);

@@ -65,8 +65,7 @@ void run_heads(const HeadsArgs& a) {
   std::printf("%s of %d tokens; queries at positions %d..%d, one at a time, full cache\n",
               plural(int64_t(windows.size()), "window").c_str(), a.length, s.from, a.length - 1);
   if (int(windows.size()) < a.windows)
-    std::printf("(--windows %d asked for more: only %s of the text %s long enough)\n", a.windows,
-                plural(int64_t(windows.size()), "document").c_str(), windows.size() == 1 ? "is" : "are");
+    std::printf("%s\n", fewer_windows_note(a.windows, int(windows.size())).c_str());
   std::printf("\n");
   std::printf("| layer | head | sink (first %d) | local (newest %d) | heavy (top 10%% of the rest) | role |\n",
               s.sinks, s.recent);

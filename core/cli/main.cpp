@@ -23,6 +23,7 @@
 #include "cli/parse_error.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -60,6 +61,11 @@ std::string held_out_text(const std::string& text, const std::string& model_dir)
   if (!text.empty()) return text;
   const std::string folder_text = model_dir + "/heldout.txt";
   return file_exists(folder_text) ? folder_text : bundled_model_dir() + "/heldout.txt";
+}
+
+std::string fewer_windows_note(int asked, int found) {
+  return "(--windows " + std::to_string(asked) + " asked for more: only " + plural(found, "document") +
+         " of the text " + (found == 1 ? "is" : "are") + " long enough)";
 }
 
 void warn_if_more_than_cores(int threads) {
