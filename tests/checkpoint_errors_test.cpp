@@ -13,6 +13,7 @@
 
 #include "model/weights.h"
 #include "run_kvscope.h"
+#include "safetensors_parts.h"
 #include "util/error.h"
 #include "util/file.h"
 
@@ -22,25 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A safetensors file taken apart: its header JSON and its data section.
-struct Parts {
-  json header;
-  std::string data;
-};
-
-Parts split(const std::string& bytes) {
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[i]);
-  return {json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
-}
-
-std::string join(const json& header, const std::string& data) {
-  std::string h = header.dump();
-  while (h.size() % 8) h += ' ';
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = char((uint64_t(h.size()) >> (8 * i)) & 0xff);
-  return out + h + data;
-}
+using Parts = test::SafetensorsParts;
 
 void write(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
@@ -63,9 +46,9 @@ class BrokenCheckpoint : public ::testing::Test {
   fs::path config() const { return dir_ / "config.json"; }
 
   void edit_weights(const std::function<void(Parts&)>& f) {
-    Parts p = split(read_file(weights()));
+    Parts p = test::split_safetensors(read_file(weights()));
     f(p);
-    write(weights(), join(p.header, p.data));
+    write(weights(), test::join_safetensors(p.header, p.data));
   }
   void edit_config(const std::function<void(json&)>& f) {
     json c = json::parse(read_file(config()));

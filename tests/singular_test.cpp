@@ -5,10 +5,14 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "run_kvscope.h"
+#include "safetensors_parts.h"
+#include "util/file.h"
 
 namespace kvscope {
 namespace {
@@ -87,6 +91,45 @@ TEST_F(OneLayerOneKvHead, ServeBench) {
   // 384 x 64 embeddings + one layer (q 128 x 64, k and v 32 x 64, o 64 x 128, MLP 3 x 160 x 64, norms 192)
   // + the final norm's 64 = 76,032
   EXPECT_NE(r.output.find(" (1 layer, 0.08M parameters, random bf16 weights), "), std::string::npos) << r.output;
+}
+
+// The same, as a checkpoint: tests/models/tiny-tied cut to its first layer (the
+// config says 1 layer; layer 1's tensors leave the file, the others keep their bytes).
+class OneLayerCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    namespace fs = std::filesystem;
+    fs::remove_all(dir_);
+    fs::copy(test::tiny_model("tiny-tied"), dir_);
+    nlohmann::json config = nlohmann::json::parse(read_file(dir_ + "/config.json"));
+    config["num_hidden_layers"] = 1;
+    std::ofstream(dir_ + "/config.json", std::ios::trunc) << config.dump(2);
+
+    const test::SafetensorsParts two = test::split_safetensors(read_file(dir_ + "/model.safetensors"));
+    test::SafetensorsParts one;
+    for (const auto& [name, tensor] : two.header.items()) {
+      if (name.rfind("model.layers.1.", 0) == 0) continue;
+      one.header[name] = tensor;
+      if (name == "__metadata__") continue;
+      const size_t begin = tensor["data_offsets"][0], end = tensor["data_offsets"][1];
+      one.header[name]["data_offsets"] = {one.data.size(), one.data.size() + (end - begin)};
+      one.data += two.data.substr(begin, end - begin);
+    }
+    std::ofstream(dir_ + "/model.safetensors", std::ios::binary | std::ios::trunc)
+        << test::join_safetensors(one.header, one.data);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  const std::string dir_ = test::binary_path("one_layer_model_" + std::to_string(::getpid()));
+};
+
+TEST_F(OneLayerCheckpoint, Calibrate) {
+  const std::string out = dir_ + "/calibration.json";
+  const ProgramRun r = run_kvscope("calibrate --model " + dir_ + " --text " +
+                                   test::source_path("assets/model/heldout.txt") + " --max-tokens 32 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("calibration.json: 1 layer x 4 query heads x 16 bands\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n| 0 | "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\n| 1 | "), std::string::npos) << r.output;  // the table has the one layer only
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope::cli {
 
@@ -77,8 +78,8 @@ void run_calibrate(const CalibrateArgs& a) {
   std::printf("kvscope calibrate: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
   std::printf("tokens used: %lld of %zu in the text, in chunks of up to %d (a fresh sequence each)\n",
               (long long)cal.tokens, in_text, cal.chunk);
-  std::printf("wrote %s: %d layers x %d query heads x %d bands\n\n", a.out.c_str(), c.num_layers, c.num_heads,
-              cal.bands());
+  std::printf("wrote %s: %s x %s x %s\n\n", a.out.c_str(), plural(c.num_layers, "layer").c_str(),
+              plural(c.num_heads, "query head").c_str(), plural(cal.bands(), "band").c_str());
   std::printf("How concentrated the pre-RoPE query directions are, per layer:\n");
   std::printf("ratio = |qbar_f| / m_f (1: all queries of a head point one way in band f; 0: they cancel)\n\n");
   std::printf("| layer | mean ratio | least concentrated head | most concentrated head |\n");
