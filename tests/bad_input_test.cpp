@@ -60,7 +60,17 @@ TEST(BadInput, BlockSizeZeroOrOver256) {
 TEST(BadInput, UsageErrorsAreOneLineToo) {
   // Mistyped commands and option values get the same one line and exit code 1 as
   // bad files, not CLI11's own exit codes (105, 106) or its ranges up to 1.8e308.
-  expect_one_line_error(kTiny + "--prompt hi -n abc", "--tokens: expects a number, not abc");
+  expect_one_line_error(kTiny + "--prompt hi -n abc", "--tokens: expects a whole number, not abc");
+  // A whole-number option given something else (once "Could not convert: --tokens = 1.5"),
+  // or too large a number (once read as 9223372036854775807 without a word).
+  expect_one_line_error(kTiny + "--prompt hi -n 1.5", "--tokens: expects a whole number, not 1.5 (");
+  expect_one_line_error(kTiny + "--prompt hi -n 1e3", "--tokens: expects a whole number, not 1e3 (");
+  expect_one_line_error("calibrate --chunk abc --model m --text t --out o", "--chunk: expects a whole number, not abc (");
+  expect_one_line_error("simulate --tokens 99999999999999999999", "--tokens: 99999999999999999999 is out of range (");
+  expect_one_line_error(kTiny + "--prompt hi -n 99999999999", "--tokens: 99999999999 is out of range (");
+  expect_one_line_error("eval --keep 0.5,abc", "--keep: expects a number, not abc (");
+  expect_one_line_error("calibrate --chunk --out o", "--chunk: expects a whole number, but the next word is the option --out");
+  expect_one_line_error("simulate --tokens", "--tokens: no value given (");
   expect_one_line_error(kTiny + "--prompt hi -n -3", "--tokens: must be 0 or more, not -3");
   expect_one_line_error("bench gpu-decode --decode-tokens 0", "--decode-tokens: must be above 0, not 0");
   expect_one_line_error(kTiny + "--prompt hi --policy lru", "--policy: lru not in {streaming,h2o,");
@@ -72,6 +82,9 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   // An option of one value given twice: once CLI11's "At Most 1 required but received 2".
   expect_one_line_error("simulate --tokens 5 --tokens 6", "--tokens: given 2 times; it takes one value");
   expect_one_line_error(kTiny + "--prompt a --prompt b", "--prompt: given 2 times; it takes one value");
+  // Arguments no option takes, as typed: once CLI11's "were not expected: 100 --tokns" (last first).
+  expect_one_line_error("simulate --tokns 100", "The following arguments were not expected: --tokns 100 (");
+  expect_one_line_error("simulate --tokens 64 one two", "The following arguments were not expected: one two (");
   const ProgramRun help = run_kvscope("generate --help");
   EXPECT_EQ(help.code, 0) << help.err;
   EXPECT_NE(help.out.find("--tokens"), std::string::npos) << help.out;
@@ -102,11 +115,11 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
                         "recent: raise --keep or --context, or lower --sinks and --recent");
   expect_one_line_error("bench compaction --evict nan", "--evict: expects a number, not nan");
   expect_one_line_error("bench compaction --evict 1.5", "--evict: must be 1 or less, not 1.5");
-  expect_one_line_error("bench compaction --tokens inf", "--tokens: expects a number, not inf");
+  expect_one_line_error("bench compaction --tokens inf", "--tokens: expects a whole number, not inf");
   // A value left out: the parser would take the next option as the value.
   expect_one_line_error("bench compaction --tokens --evict 0.5",
-                        "--tokens: expects a number, but the next word is the option --evict");
-  expect_one_line_error("bench compaction --tokens ''", "--tokens: expects a number, not an empty value");
+                        "--tokens: expects a whole number, but the next word is the option --evict");
+  expect_one_line_error("bench compaction --tokens ''", "--tokens: expects a whole number, not an empty value");
   // Empty items of a comma list, which the parser would drop without a word.
   expect_one_line_error("bench compaction --evict 0.5,,0.25",
                         "--evict: an empty item in the list \"0.5,,0.25\" (items are separated by one comma)");
@@ -162,7 +175,7 @@ TEST(BadInput, AListGivenTheSameValueTwiceIsRefused) {
 TEST(BadInput, SamplingFlagsAreCheckedBeforeAnythingIsPrinted) {
   const std::string sampled = "generate --model '" + test::tiny_model("tiny-tied") + "' --prompt hi ";
   expect_one_line_error(sampled + "--temperature -1", "temperature must be a finite number >= 0 (0: greedy), got -1");
-  expect_one_line_error(sampled + "--temperature inf", "temperature must be a finite number >= 0 (0: greedy), got inf");
+  expect_one_line_error(sampled + "--temperature inf", "--temperature: expects a number, not inf (");  // as parsed
   expect_one_line_error(sampled + "--top-k -2", "top-k must be >= 0 (0: all tokens), got -2");
   expect_one_line_error(sampled + "--top-p 2", "top-p must be in (0, 1], got 2");
   EXPECT_EQ(run_kvscope(sampled + "--top-p 0").out, "") << "the prompt was printed before the error";

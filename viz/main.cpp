@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "app.h"
-#include "cli/comma_lists.h"
+#include "cli/option_values.h"
 #include "cli/parse_error.h"
 #include "imgui_impl_glfw.h"
 #include "imgui_impl_opengl3.h"
@@ -398,7 +398,7 @@ int main(int argc, char** argv) {
   CLI::Option* shot = cli.add_option("--screenshot", a.screenshot,
                                      "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)");
   cli.add_option("--frames", a.frames, "Screenshot: frames to render before writing (default 3)")
-      ->check(CLI::Range(1, 100000))
+      ->check(kvscope::cli::number_check(1, false, 100000, "1..100000"))
       ->needs(shot);
   cli.add_option("--size", a.size, "WIDTHxHEIGHT in pixels of the window or the screenshot (default 1600x1000)");
   cli.add_option("--at", a.at,
@@ -415,11 +415,11 @@ int main(int argc, char** argv) {
       ->needs(shot);
   cli.add_flag("--bench-frame", a.bench, "Print the CPU time to build frames of a 4,096-block pool and a 1M-token run");
   try {
-    kvscope::cli::check_comma_lists(cli, argc, argv);
+    kvscope::cli::check_option_values(cli, argc, argv);
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return cli.exit(e);  // --help: print it, exit 0
-    fail(kvscope::cli::parse_error_text(e) + " (--help lists the options)");
+    fail(kvscope::cli::parse_error_text(e, cli) + " (--help lists the options)");
   } catch (const kvscope::Error& e) {
     fail(e.what());
   }

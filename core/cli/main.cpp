@@ -18,8 +18,8 @@
 #include <limits>
 #include <string>
 
-#include "cli/comma_lists.h"
 #include "cli/commands.h"
+#include "cli/option_values.h"
 #include "cli/parse_error.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -27,24 +27,6 @@
 
 namespace kvscope::cli {
 
-// A finite number in [low, high] (above low when `above_low`), else a sentence
-// saying why not. strtod reads "nan" and "inf" too; they are refused here, since
-// every comparison with NaN is false and a range check alone lets it through.
-static CLI::Validator number_check(double low, bool above_low, double high, const std::string& name) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double x = std::strtod(text.c_str(), &end);
-        if (text.empty()) return "expects a number, not an empty value";
-        if (text.rfind("--", 0) == 0) return "expects a number, but the next word is the option " + text;
-        if (*end != '\0' || !std::isfinite(x)) return "expects a number, not " + text;
-        if (above_low && x <= low) return "must be above " + number_text(low) + ", not " + text;
-        if (x < low) return "must be " + number_text(low) + " or more, not " + text;
-        if (x > high) return "must be " + number_text(high) + " or less, not " + text;
-        return "";
-      },
-      name);
-}
 constexpr double kHuge = std::numeric_limits<double>::max();
 const CLI::Validator kPositive = number_check(0, true, kHuge, "POSITIVE");
 const CLI::Validator kNonNegative = number_check(0, false, kHuge, "NONNEGATIVE");
@@ -125,13 +107,13 @@ int main(int argc, char** argv) {
   kvscope::cli::add_simulate_command(app);
   kvscope::cli::add_serve_bench_command(app);
   try {
-    kvscope::cli::check_comma_lists(app, argc, argv);
+    kvscope::cli::check_option_values(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help: print it, exit 0
     const std::string what = std::string(e.what()).find("subcommand") != std::string::npos
                                  ? kvscope::cli::missing_command(app, argc, argv)
-                                 : kvscope::cli::parse_error_text(e);
+                                 : kvscope::cli::parse_error_text(e, app);
     std::fprintf(stderr, "kvscope: error: %s (--help lists the options)\n", what.c_str());
     return 1;
   } catch (const kvscope::Error& e) {
