@@ -14,6 +14,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
+#include "cache/trace.h"
 #include "model/config.h"
 #include "run_kvscope.h"
 #include "util/error.h"
@@ -278,6 +279,27 @@ TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   expect_one_line_error("calibrate" + tiny + " --text " + text + " --out " + test::binary_path("never.json"), expected);
   expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + text, expected);
   std::remove(text.c_str());
+}
+
+TEST(BadInput, ADirectoryGivenForAFileIsNamed) {
+  // A directory opens for reading and reads as empty: once "holds no text", "the
+  // text is empty", "not valid JSON" or "bad magic", never saying it was a directory.
+  const std::string dir = test::binary_path("a_directory_" + std::to_string(::getpid()));
+  std::filesystem::create_directory(dir);
+  const std::string expected = dir + ": is a directory, not a file";
+  const std::string tiny = " --model '" + test::tiny_model("tiny-tied") + "'";
+  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --text " + dir, expected);
+  expect_one_line_error("calibrate" + tiny + " --text " + dir + " --out " + test::binary_path("never.json"), expected);
+  expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + dir, expected);
+  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --policies triattention --calibration " + dir,
+                        expected);
+  try {
+    read_trace(dir);  // what kvscope-viz --trace reads
+    ADD_FAILURE() << "read_trace read a directory";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+  std::filesystem::remove(dir);
 }
 
 TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {

@@ -191,6 +191,12 @@ TEST_F(BrokenCheckpoint, ConfigIsNotJson) {
   expect_error(config(), "not valid JSON");
 }
 
+TEST_F(BrokenCheckpoint, ConfigIsADirectory) {  // once "not valid JSON": a directory reads as empty
+  fs::remove(config());
+  fs::create_directory(config());
+  expect_error(config(), "is a directory, not a file");
+}
+
 TEST_F(BrokenCheckpoint, UnknownArchitecture) {
   edit_config([](json& c) {
     c["model_type"] = "llama";

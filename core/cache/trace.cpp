@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvscope {
 
@@ -226,6 +227,7 @@ void write_trace(const std::string& path, const TraceHeader& header, const Event
 }
 
 Trace read_trace(const std::string& path) {
+  check_not_a_directory(path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw file_error(path, "cannot open trace");
   const size_t file_bytes = size_t(in.tellg());

@@ -15,7 +15,13 @@
 
 namespace kvscope {
 
+void check_not_a_directory(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw file_error(path, "is a directory, not a file");
+}
+
 std::string read_file(const std::string& path) {
+  check_not_a_directory(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw file_error(path, std::string("cannot open: ") + std::strerror(errno));
   std::ostringstream ss;
@@ -31,9 +37,9 @@ bool file_exists(const std::string& path) {
 
 void check_writable(const std::string& path) {
   if (path.empty()) throw Error("an output file name is empty");
+  check_not_a_directory(path);
   struct stat st {};
   const bool existed = ::stat(path.c_str(), &st) == 0;
-  if (existed && S_ISDIR(st.st_mode)) throw file_error(path, "is a directory, not a file");
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
   if (fd < 0) throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
   ::close(fd);

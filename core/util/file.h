@@ -11,6 +11,10 @@ std::string read_file(const std::string& path);
 
 bool file_exists(const std::string& path);
 
+// kvscope::Error "PATH: is a directory, not a file" when it is one. A directory
+// opens for reading as a file does, and reads as empty: a check before reading.
+void check_not_a_directory(const std::string& path);
+
 // Fails now, not after a long run, if `path` cannot be written: opens it for writing
 // without truncating it, and removes it again if it did not exist. kvscope::Error
 // naming the file (a directory, a missing folder, no permission).
