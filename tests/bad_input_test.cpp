@@ -116,6 +116,10 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
                         "recent: raise --keep or --context, or lower --sinks and --recent");
   expect_one_line_error("bench compaction --evict nan", "--evict: expects a number, not nan");
   expect_one_line_error("bench compaction --evict 1.5", "--evict: must be 1 or less, not 1.5");
+  // Once CLI11's "Value 300 not in range 1 to 256".
+  expect_one_line_error("bench compaction --block-sizes 16,300", "--block-sizes: must be 256 or less, not 300 (");
+  expect_one_line_error("bench gpu-compaction --block-size 0", "--block-size: must be 1 or more, not 0 (");
+  expect_one_line_error("bench gpu-decode --sequences 2000", "--sequences: must be 1024 or less, not 2000 (");
   expect_one_line_error("bench compaction --tokens inf", "--tokens: expects a whole number, not inf");
   // A value left out: the parser would take the next option as the value.
   expect_one_line_error("bench compaction --tokens --evict 0.5",

@@ -160,7 +160,7 @@ void add_bench_gpu_decode_command(CLI::App& bench) {
   cmd->add_option("--sequences", args->sequences, "Sequences decoding together, one table row each (1,8,32)")
       ->delimiter(',')
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(number_check(1, false, 1024, "1..1024"));
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->capture_default_str()->check(kPositive);
   cmd->add_option("--decode-tokens", args->decode_tokens, "Tokens decoded")->capture_default_str()->check(kPositive);
   cmd->callback([args] {

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cli/option_values.h"  // number_check
 #include "model/backend.h"
 #include "util/error.h"
 
