@@ -66,6 +66,7 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   // or too large a number (once read as 9223372036854775807 without a word).
   expect_one_line_error(kTiny + "--prompt hi -n 1.5", "--tokens: expects a whole number, not 1.5 (");
   expect_one_line_error(kTiny + "--prompt hi -n 1e3", "--tokens: expects a whole number, not 1e3 (");
+  expect_one_line_error(kTiny + "--prompt hi -n1.5", "--tokens: expects a whole number, not 1.5 (");  // attached
   expect_one_line_error("calibrate --chunk abc --model m --text t --out o", "--chunk: expects a whole number, not abc (");
   expect_one_line_error("simulate --tokens 99999999999999999999", "--tokens: 99999999999999999999 is out of range (");
   expect_one_line_error(kTiny + "--prompt hi -n 99999999999", "--tokens: 99999999999 is out of range (");

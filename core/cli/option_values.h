@@ -67,16 +67,19 @@ inline void check_option_values(const CLI::App& app, int argc, char** argv) {
     for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; }))
       if (sub->get_name() == arg) at = sub;
     if (arg.size() < 2 || arg[0] != '-' || std::isdigit(static_cast<unsigned char>(arg[1]))) continue;
-    const size_t eq = arg.rfind("--", 0) == 0 ? arg.find('=') : std::string::npos;
+    // Where an attached value starts: "--tokens=5" after the '=', "-n5" after the letter.
+    const bool long_name = arg.rfind("--", 0) == 0;
+    const size_t eq = long_name ? arg.find('=') : arg.size() > 2 ? 2 : std::string::npos;
+    const size_t value_at = long_name ? eq + 1 : eq;
     const CLI::Option* option = at->get_option_no_throw(arg.substr(0, eq));
     if (option == nullptr || option->get_expected_min() == 0) continue;  // not an option here, or a flag
     const std::string flag = option->get_name();  // "--tokens", also when given as -n
     const std::string type = option->get_type_name();  // "INT", "UINT:NONNEGATIVE", "FLOAT", "TEXT", ...
     const bool whole = type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0;
     const bool number = whole || type.rfind("FLOAT", 0) == 0;
-    const bool separate = eq == std::string::npos;  // "--tokens 5", not "--tokens=5"
+    const bool separate = eq == std::string::npos;  // "--tokens 5", not "--tokens=5" or "-n5"
     if (separate && i + 1 == argc) continue;         // no value: CLI11 says so
-    const std::string value = separate ? argv[i + 1] : arg.substr(eq + 1);
+    const std::string value = separate ? argv[i + 1] : arg.substr(value_at);
     if (separate && value.rfind("--", 0) == 0) {  // the value left out: CLI11 would take the option for it
       if (number)
         throw CLI::ValidationError(flag, std::string("expects a ") + (whole ? "whole " : "") +
