@@ -158,7 +158,7 @@ const char* kStderr = "2>&1 >/dev/null";
 TEST(MemoryCommand, Qwen3_32B_On24GB_4Bit) {
   const test::ProgramRun r = run_memory(config_arg("qwen3-32b-config.json") + " --gpu-gb 24 --weight-bits 4", kStdout);
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("2 x 64 layers x 8 KV heads x 128 dims x 2 bytes = 262144 bytes = 256 KiB per token"),
+  EXPECT_NE(r.output.find("2 x 64 layers x 8 KV heads x 128 dims x 2 bytes = 262,144 bytes = 256 KiB per token"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("32,762,123,264 parameters"), std::string::npos) << r.output;
@@ -171,7 +171,7 @@ TEST(MemoryCommand, Qwen3_32B_On24GB_4Bit) {
 TEST(MemoryCommand, Qwen3_06B) {
   const test::ProgramRun r = run_memory(config_arg("qwen3-0.6b-config.json"), kStdout);
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("2 x 28 layers x 8 KV heads x 128 dims x 2 bytes = 114688 bytes = 112 KiB per token"),
+  EXPECT_NE(r.output.find("2 x 28 layers x 8 KV heads x 128 dims x 2 bytes = 114,688 bytes = 112 KiB per token"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("596,049,920 parameters"), std::string::npos) << r.output;

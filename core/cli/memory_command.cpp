@@ -9,7 +9,6 @@
 // printed with a line saying so, and the exit code is 0. Bad input (bits out
 // of range, negative GB, an unreadable config) is a kvscope::Error: exit 1.
 #include <algorithm>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -40,14 +39,14 @@ std::string gb(double bytes) {
 }
 
 // The per-token formula with the config's numbers, e.g.
-// "2 x 64 layers x 8 KV heads x 128 dims x 2 bytes = 262144 bytes = 256 KiB per token".
+// "2 x 64 layers x 8 KV heads x 128 dims x 2 bytes = 262,144 bytes = 256 KiB per token".
 std::string kv_formula(const ModelConfig& c, int kv_bits) {
   const int bytes_per_element = kv_bits / 8;
   const int64_t per_token = kv_bytes_per_token(c, kv_bits);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "2 x %s x %s x %s x %s = %" PRId64 " bytes = %s per token",
+  std::snprintf(buf, sizeof buf, "2 x %s x %s x %s x %s = %s bytes = %s per token",
                 plural(c.num_layers, "layer").c_str(), plural(c.num_kv_heads, "KV head").c_str(),
-                plural(c.head_dim, "dim").c_str(), plural(bytes_per_element, "byte").c_str(), per_token,
+                plural(c.head_dim, "dim").c_str(), plural(bytes_per_element, "byte").c_str(), commas(per_token).c_str(),
                 kib(per_token).c_str());
   return buf;
 }
@@ -91,7 +90,7 @@ void run_memory(const MemoryArgs& a) {
   std::printf("  - %*s  weights at %d bits\n", w, gb(fit.weight_bytes).c_str(), b.weight_bits);
   std::printf("  - %*s  reserve: CUDA context, activations, allocator slack (--reserve-gb)\n", w, gb(fit.reserve_bytes).c_str());
   std::printf("  = %*s  free for the KV cache\n", w, gb(fit.free_bytes).c_str());
-  std::printf("  / %" PRId64 " bytes per token = %s tokens = %s blocks of %d tokens\n", fit.kv_bytes_per_token,
+  std::printf("  / %s bytes per token = %s tokens = %s blocks of %d tokens\n", commas(fit.kv_bytes_per_token).c_str(),
               commas(fit.tokens).c_str(), commas(fit.blocks).c_str(), b.block_size);
   if (!fit.weights_fit)
     std::printf("\nthe weights alone do not fit: %s of weights > %s of GPU memory\n", gb(fit.weight_bytes).c_str(),
