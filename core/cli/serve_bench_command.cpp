@@ -271,10 +271,11 @@ void run_serve_bench(const ServeBenchArgs& a) {
     }
   for (size_t i = 0; i < runs.size(); ++i) runs[i].seconds = median(seconds[i]);
   std::fputs(markdown_table(runs).c_str(), stdout);
-  std::printf("\ntokens/s counts generated tokens over the wall time of the run (the median of %s of each "
-              "strategy, taken in turn); blocks in use are counted after every step; recomputed tokens went through "
-              "the model again after a preemption.\n",
-              plural(a.repeat, "run").c_str());
+  const std::string timed = a.repeat == 1 ? "one run of each strategy"
+                                           : "the median of " + plural(a.repeat, "run") + " of each strategy, taken in turn";
+  std::printf("\ntokens/s counts generated tokens over the wall time of the run (%s); blocks in use are counted "
+              "after every step; recomputed tokens went through the model again after a preemption.\n",
+              timed.c_str());
   if (!a.json.empty()) {
     std::ofstream out(a.json);
     out << to_json(a, runs).dump(1) << "\n";
