@@ -58,7 +58,9 @@ struct Args {
 }
 
 void parse_size(const std::string& s, int& w, int& h) {
-  if (std::sscanf(s.c_str(), "%dx%d", &w, &h) != 2 || w < 200 || h < 150 || w > 16384 || h > 16384)
+  int used = 0;  // the whole text, not a prefix: "800x600x3" once opened 800x600 without a word
+  if (std::sscanf(s.c_str(), "%dx%d%n", &w, &h, &used) != 2 || size_t(used) != s.size() || w < 200 || h < 150 ||
+      w > 16384 || h > 16384)
     fail("--size must be WIDTHxHEIGHT between 200x150 and 16384x16384, got \"" + s + "\"");
 }
 
