@@ -73,6 +73,10 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error("eval --keep 0.5,abc", "--keep: expects a number, not abc (");
   expect_one_line_error("calibrate --chunk --out o", "--chunk: expects a whole number, but the next word is the option --out");
   expect_one_line_error("simulate --tokens", "--tokens: no value given (");
+  // A text value left out: once the option was taken as the text ("--seed" as the
+  // prompt), then "The following argument was not expected: 3".
+  expect_one_line_error(kTiny + "--prompt --seed 3", "--prompt: no value given: the next word is the option --seed (");
+  expect_one_line_error("simulate --policy --budget 5", "--policy: no value given: the next word is the option --budget (");
   expect_one_line_error(kTiny + "--prompt hi -n -3", "--tokens: must be 0 or more, not -3");
   expect_one_line_error("bench gpu-decode --decode-tokens 0", "--decode-tokens: must be above 0, not 0");
   expect_one_line_error(kTiny + "--prompt hi --policy lru", "--policy: lru not in {streaming,h2o,");

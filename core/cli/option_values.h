@@ -80,10 +80,14 @@ inline void check_option_values(const CLI::App& app, int argc, char** argv) {
     const bool separate = eq == std::string::npos;  // "--tokens 5", not "--tokens=5" or "-n5"
     if (separate && i + 1 == argc) continue;         // no value: CLI11 says so
     const std::string value = separate ? argv[i + 1] : arg.substr(value_at);
-    if (separate && value.rfind("--", 0) == 0) {  // the value left out: CLI11 would take the option for it
-      if (number)
-        throw CLI::ValidationError(flag, std::string("expects a ") + (whole ? "whole " : "") +
-                                             "number, but the next word is the option " + value);
+    if (separate && value.rfind("--", 0) == 0 && number)  // the value left out: CLI11 would take the option for it
+      throw CLI::ValidationError(flag, std::string("expects a ") + (whole ? "whole " : "") +
+                                           "number, but the next word is the option " + value);
+    // A text value left out ("--prompt --seed 3"): CLI11 would take the next option as
+    // the text. A text that really is an option's name can be given as --prompt=--seed.
+    if (separate && value.rfind("--", 0) == 0) {
+      if (at->get_option_no_throw(value.substr(0, value.find('='))) != nullptr)
+        throw CLI::ValidationError(flag, "no value given: the next word is the option " + value);
       continue;
     }
     if (separate) ++i;  // the value is not read as an option or a command
