@@ -71,6 +71,9 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error("simulate --tokens 99999999999999999999", "--tokens: 99999999999999999999 is out of range (");
   expect_one_line_error(kTiny + "--prompt hi -n 99999999999", "--tokens: 99999999999 is out of range (");
   expect_one_line_error("eval --keep 0.5,abc", "--keep: expects a number, not abc (");
+  // A list's later words ("--keep 0.1 abc"): once "Could not convert: --keep = 0.1,abc".
+  expect_one_line_error("eval --keep 0.5 abc", "--keep: expects a number, not abc (");
+  expect_one_line_error("eval --keep 0.5 0.25, --windows 1", "--keep: an empty item in the list \"0.25,\"");
   expect_one_line_error("calibrate --chunk --out o", "--chunk: expects a whole number, but the next word is the option --out");
   expect_one_line_error("simulate --tokens", "--tokens: no value given (");
   // A text value left out: once the option was taken as the text ("--seed" as the

@@ -13,26 +13,6 @@
 
 namespace kvscope::cli {
 
-// A finite number in [low, high] (above low when `above_low`), else a sentence
-// saying why not ("must be above 0, not -3"), as a CLI11 check. strtod reads "nan"
-// and "inf" too; they are refused here, since every comparison with NaN is false
-// and a range check alone lets it through.
-inline CLI::Validator number_check(double low, bool above_low, double high, const std::string& name) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double x = std::strtod(text.c_str(), &end);
-        if (text.empty()) return "expects a number, not an empty value";
-        if (text.rfind("--", 0) == 0) return "expects a number, but the next word is the option " + text;
-        if (*end != '\0' || !std::isfinite(x)) return "expects a number, not " + text;
-        if (above_low && x <= low) return "must be above " + number_text(low) + ", not " + text;
-        if (x < low) return "must be " + number_text(low) + " or more, not " + text;
-        if (x > high) return "must be " + number_text(high) + " or less, not " + text;
-        return "";
-      },
-      name);
-}
-
 // What is wrong with one value of a number option, or "" when nothing is. CLI11 2.3
 // says only "Could not convert: --tokens = 1.5" for a whole-number option given 1.5
 // or abc, and reads 99999999999999999999 into a 64-bit option as 9223372036854775807
@@ -53,59 +33,110 @@ inline std::string number_value_problem(const std::string& text, bool whole) {
   return "";
 }
 
-// Walks the arguments as CLI11 will (into subcommands by name) and checks the value
-// of every option that takes one:
+// A finite number in [low, high] (above low when `above_low`), else a sentence
+// saying why not ("must be above 0, not -3"), as a CLI11 check. strtod reads "nan"
+// and "inf" too; they are refused, since every comparison with NaN is false and a
+// range check alone lets it through.
+inline CLI::Validator number_check(double low, bool above_low, double high, const std::string& name) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const std::string problem = number_value_problem(text, false);
+        if (!problem.empty()) return problem;
+        const double x = std::strtod(text.c_str(), nullptr);
+        if (above_low && x <= low) return "must be above " + number_text(low) + ", not " + text;
+        if (x < low) return "must be " + number_text(low) + " or more, not " + text;
+        if (x > high) return "must be " + number_text(high) + " or less, not " + text;
+        return "";
+      },
+      name);
+}
+
+// Whether CLI11 reads `word` as an option rather than a value: "-x" or "--xx", but
+// not "-5" or "-.5" (negative numbers).
+inline bool looks_like_option(const std::string& word) {
+  return word.size() >= 2 && word[0] == '-' && !std::isdigit(static_cast<unsigned char>(word[1])) && word[1] != '.';
+}
+
+// What an option's values are, read from CLI11's type name ("INT",
+// "UINT:NONNEGATIVE", "FLOAT", "TEXT", ...).
+enum class ValueKind { Text, WholeNumber, Number };
+inline ValueKind value_kind(const CLI::Option& option) {
+  const std::string type = option.get_type_name();
+  if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) return ValueKind::WholeNumber;
+  if (type.rfind("FLOAT", 0) == 0) return ValueKind::Number;
+  return ValueKind::Text;
+}
+
+// One value of an option, checked:
 //  * a comma-separated list has no empty item: CLI11 drops them, so "1,,2" would run 1
 //    and 2, and "," nothing at all;
 //  * each number is one: "--tokens: expects a whole number, not 1.5".
+inline void check_one_value(const CLI::Option& option, const std::string& value) {
+  const std::string flag = option.get_name();  // "--tokens", also when given as -n
+  const ValueKind kind = value_kind(option);
+  const char delimiter = option.get_delimiter();
+  if (delimiter == ',') {
+    if (value.empty()) throw CLI::ValidationError(flag, "an empty list");
+    if (value.front() == ',' || value.back() == ',' || value.find(",,") != std::string::npos)
+      throw CLI::ValidationError(flag, "an empty item in the list \"" + value + "\" (items are separated by one comma)");
+  }
+  if (kind == ValueKind::Text) return;
+  size_t from = 0;
+  while (true) {
+    const size_t to = delimiter == '\0' ? std::string::npos : value.find(delimiter, from);
+    const std::string problem = number_value_problem(value.substr(from, to - from), kind == ValueKind::WholeNumber);
+    if (!problem.empty()) throw CLI::ValidationError(flag, problem);
+    if (to == std::string::npos) return;
+    from = to + 1;
+  }
+}
+
+// Walks the arguments as CLI11 will (into subcommands by name) and checks the value
+// of every option that takes one (check_one_value). An option that takes a list also
+// takes the words after its first value, up to the next option ("--keep 0.1 0.2").
 // Refused as a usage error naming the option (CLI::ValidationError, "--tokens: ..."),
 // before anything runs.
 inline void check_option_values(const CLI::App& app, int argc, char** argv) {
   const CLI::App* at = &app;
+  const auto command_named = [&](const std::string& word) -> const CLI::App* {
+    for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; }))
+      if (sub->get_name() == word) return sub;
+    return nullptr;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    for (const CLI::App* sub : at->get_subcommands([](const CLI::App*) { return true; }))
-      if (sub->get_name() == arg) at = sub;
-    if (arg.size() < 2 || arg[0] != '-' || std::isdigit(static_cast<unsigned char>(arg[1]))) continue;
+    if (const CLI::App* sub = command_named(arg)) at = sub;
+    if (!looks_like_option(arg)) continue;
     // Where an attached value starts: "--tokens=5" after the '=', "-n5" after the letter.
     const bool long_name = arg.rfind("--", 0) == 0;
     const size_t eq = long_name ? arg.find('=') : arg.size() > 2 ? 2 : std::string::npos;
     const size_t value_at = long_name ? eq + 1 : eq;
     const CLI::Option* option = at->get_option_no_throw(arg.substr(0, eq));
     if (option == nullptr || option->get_expected_min() == 0) continue;  // not an option here, or a flag
-    const std::string flag = option->get_name();  // "--tokens", also when given as -n
-    const std::string type = option->get_type_name();  // "INT", "UINT:NONNEGATIVE", "FLOAT", "TEXT", ...
-    const bool whole = type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0;
-    const bool number = whole || type.rfind("FLOAT", 0) == 0;
     const bool separate = eq == std::string::npos;  // "--tokens 5", not "--tokens=5" or "-n5"
-    if (separate && i + 1 == argc) continue;         // no value: CLI11 says so
-    const std::string value = separate ? argv[i + 1] : arg.substr(value_at);
-    if (separate && value.rfind("--", 0) == 0 && number)  // the value left out: CLI11 would take the option for it
-      throw CLI::ValidationError(flag, std::string("expects a ") + (whole ? "whole " : "") +
-                                           "number, but the next word is the option " + value);
-    // A text value left out ("--prompt --seed 3"): CLI11 would take the next option as
-    // the text. A text that really is an option's name can be given as --prompt=--seed.
-    if (separate && value.rfind("--", 0) == 0) {
-      if (at->get_option_no_throw(value.substr(0, value.find('='))) != nullptr)
-        throw CLI::ValidationError(flag, "no value given: the next word is the option " + value);
+    if (!separate) {
+      check_one_value(*option, arg.substr(value_at));
       continue;
     }
-    if (separate) ++i;  // the value is not read as an option or a command
-    const char delimiter = option->get_delimiter();
-    if (delimiter == ',') {
-      if (value.empty()) throw CLI::ValidationError(flag, "an empty list");
-      if (value.front() == ',' || value.back() == ',' || value.find(",,") != std::string::npos)
-        throw CLI::ValidationError(flag, "an empty item in the list \"" + value + "\" (items are separated by one comma)");
+    if (i + 1 == argc) continue;  // no value: CLI11 says so
+    const std::string value = argv[i + 1];
+    // The value left out ("--chunk --out o", "--prompt --seed 3"): CLI11 would take the
+    // next option as the value. A text that really is an option's name can be given as
+    // --prompt=--seed.
+    if (value.rfind("--", 0) == 0) {
+      const ValueKind kind = value_kind(*option);
+      if (kind != ValueKind::Text)
+        throw CLI::ValidationError(option->get_name(),
+                                   std::string("expects a ") + (kind == ValueKind::WholeNumber ? "whole " : "") +
+                                       "number, but the next word is the option " + value);
+      if (at->get_option_no_throw(value.substr(0, value.find('='))) != nullptr)
+        throw CLI::ValidationError(option->get_name(), "no value given: the next word is the option " + value);
+      continue;
     }
-    if (!number) continue;
-    size_t from = 0;
-    while (true) {
-      const size_t to = delimiter == '\0' ? std::string::npos : value.find(delimiter, from);
-      const std::string problem = number_value_problem(value.substr(from, to - from), whole);
-      if (!problem.empty()) throw CLI::ValidationError(flag, problem);
-      if (to == std::string::npos) break;
-      from = to + 1;
-    }
+    check_one_value(*option, argv[++i]);  // the value is not read as an option or a command
+    if (option->get_expected_max() > 1)
+      while (i + 1 < argc && !looks_like_option(argv[i + 1]) && command_named(argv[i + 1]) == nullptr)
+        check_one_value(*option, argv[++i]);
   }
 }
 
