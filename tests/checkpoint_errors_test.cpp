@@ -215,6 +215,12 @@ TEST_F(BrokenCheckpoint, NoWeightsAtAll) {
   expect_error(dir_, "no model.safetensors");
 }
 
+TEST_F(BrokenCheckpoint, WeightsAreADirectory) {  // once "no model.safetensors or model.safetensors.index.json"
+  fs::remove(weights());
+  fs::create_directory(weights());
+  expect_error(weights(), "is a directory, not a file");
+}
+
 TEST_F(BrokenCheckpoint, ShardIndexPointsAtWrongFile) {
   make_copy("tiny-bf16-sharded");
   const fs::path index = dir_ / "model.safetensors.index.json";

@@ -128,6 +128,9 @@ Checkpoint::Checkpoint(const std::string& model_dir) : dir_(model_dir) {
   std::vector<std::string> names;
   std::map<std::string, std::string> weight_map;  // tensor -> file, from the index
   const std::string index = model_dir + "/model.safetensors.index.json";
+  const std::string single = model_dir + "/model.safetensors";
+  check_not_a_directory(index);  // else "no model.safetensors", which would not say why
+  check_not_a_directory(single);
   if (file_exists(index)) {
     json j = json::parse(read_file(index), nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
@@ -141,7 +144,7 @@ Checkpoint::Checkpoint(const std::string& model_dir) : dir_(model_dir) {
       weight_map[tensor] = f;
     }
     names.assign(files.begin(), files.end());
-  } else if (file_exists(model_dir + "/model.safetensors")) {
+  } else if (file_exists(single)) {
     names.push_back("model.safetensors");
   } else {
     throw file_error(model_dir, "no model.safetensors or model.safetensors.index.json");
