@@ -144,6 +144,15 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   const ProgramRun commas_in_a_prompt = run_kvscope("generate --prompt ',,' -n 1");
   EXPECT_EQ(commas_in_a_prompt.code, 0) << commas_in_a_prompt.err;
   expect_one_line_error("bench decode --bandwidth-gib -1", "--bandwidth-gib must be from 0.001 to ");
+  // Counts below their least value, in the words of every other range check (once
+  // "--seeds must be >= 1", without the value given).
+  expect_one_line_error("simulate --seeds 0", "--seeds: must be above 0, not 0 (");
+  expect_one_line_error("heads --windows 0", "--windows: must be above 0, not 0 (");
+  expect_one_line_error("eval --windows -1", "--windows: must be 0 or more, not -1 (");
+  expect_one_line_error("calibrate --max-tokens -1 --model m --text t --out o", "--max-tokens: must be 0 or more, not -1 (");
+  expect_one_line_error("serve-bench --config c --layers -1", "--layers: must be 0 or more, not -1 (");
+  expect_one_line_error("bench decode --decode-tokens 0", "--decode-tokens: must be above 0, not 0 (");
+  expect_one_line_error(kTiny + "--prompt hi --threads -2", "--threads: must be 0 or more, not -2 (");
   expect_one_line_error("simulate --budget 0", "--budget: must be above 0, not 0");
   expect_one_line_error("simulate --sinks -5", "--sinks: must be 0 or more, not -5");
   expect_one_line_error("heads --recent -1", "--recent: must be 0 or more, not -1");

@@ -368,7 +368,7 @@ TEST(ServeBench, BadInputIsAClearError) {
     EXPECT_EQ(r.output.rfind("kvscope: error: ", 0), 0u) << args << "\n" << r.output;
   }
   const test::ProgramRun r = test::run_kvscope("serve-bench --blocks 0");
-  EXPECT_EQ(r.output, "kvscope: error: --blocks must be >= 1, got 0\n");
+  EXPECT_EQ(r.output, "kvscope: error: --blocks: must be above 0, not 0 (--help lists the options)\n");
 
   // A pool too small for one request is refused before any run, naming the strategy
   // and the way out. The defaults: 256 + 256 tokens (511 cached), blocks of 16, H2O

@@ -50,7 +50,6 @@ void run_bench(const BenchArgs& a) {
   warn_if_more_than_cores(*std::max_element(a.threads.begin(), a.threads.end()));
   check_distinct(a.weights, "--weights");
   const ModelConfig config = load_config_file(a.config);
-  if (a.prompt_tokens < 1 || a.decode_tokens < 1) throw Error("--prompt-tokens and --decode-tokens must be >= 1");
   const int decode_context = 16;  // decode starts after a short prompt (below)
   const int64_t longest = std::max<int64_t>(a.prompt_tokens, decode_context + int64_t(a.decode_tokens));  // no int overflow
   if (longest > config.max_position_embeddings)
@@ -169,8 +168,9 @@ void add_bench_decode_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("decode", "Prefill and decode speed on a real model shape with random weights");
   cmd->add_option("--config", args->config, "config.json giving the model shape")->capture_default_str();
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length for the prefill measurement")
-      ->capture_default_str();
-  cmd->add_option("--decode-tokens", args->decode_tokens, "Decode steps to time")->capture_default_str();
+      ->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--decode-tokens", args->decode_tokens, "Decode steps to time")->capture_default_str()->check(kPositive);
   cmd->add_option("--threads", args->threads, "Thread counts to measure")
       ->delimiter(',')
       ->capture_default_str()

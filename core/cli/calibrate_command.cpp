@@ -44,8 +44,6 @@ double now_seconds() {
 
 void run_calibrate(const CalibrateArgs& a) {
   set_threads(a.threads);
-  if (a.max_tokens < 0) throw Error("--max-tokens must be >= 0");
-  if (a.chunk < 0) throw Error("--chunk must be >= 0");
   if (a.out.empty()) throw Error("--out: no file name given");
   check_writable(a.out);  // before the long run, not after it
 
@@ -117,11 +115,13 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--text", args->text, "Text file to calibrate on (UTF-8)")->required();
   cmd->add_option("--out", args->out, "Calibration file to write (JSON)")->required();
   cmd->add_option("--max-tokens", args->max_tokens, "Use at most the first N tokens of the text (0 = all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->add_option("--chunk", args->chunk,
                   "Tokens per fresh sequence (0 = min(1024, max_position_embeddings)); the longest context seen")
-      ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
   cmd->callback([args] { run_calibrate(*args); });
 }
 

@@ -61,7 +61,6 @@ void run_eval(EvalArgs a) {
   check_distinct(a.settings.keep, "--keep");
   check_distinct(a.settings.policies, "--policies");
   set_threads(a.threads);
-  if (a.windows < 0) throw Error("--windows must be >= 0");
   if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it
   const std::vector<std::string>& policies = a.settings.policies;
   if (!a.calibration.empty() && std::find(policies.begin(), policies.end(), "triattention") == policies.end())
@@ -121,7 +120,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--context", s.context, "Tokens per window, teacher-forced one at a time")->capture_default_str();
   cmd->add_option("--continuation", s.continuation, "Greedy tokens compared after each window")->capture_default_str();
   cmd->add_option("--windows", args->windows, "At most N windows (0 = one per long-enough document)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->add_option("--keep", s.keep, "Kept fractions of the context (the budgets)")->delimiter(',')->capture_default_str();
   cmd->add_option("--policies", s.policies, "Policies: streaming, h2o, snapkv, triattention, random, oracle")
       ->delimiter(',')
@@ -135,7 +135,7 @@ void add_eval_command(CLI::App& app) {
       ->check(kNonNegative);
   cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", args->json, "Also write the numbers to this JSON file");
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
   cmd->callback([args] { run_eval(*args); });
 }
 

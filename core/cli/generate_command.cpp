@@ -225,7 +225,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Random seed: the same seed gives the same text")
       ->capture_default_str()
       ->check(kNonNegative);  // -1 is not "a random seed" here: it would wrap to 2^64 - 1
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--weights", args->weights, "Hold matrices as stored, or convert to f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"stored", "f32", "bf16"}));

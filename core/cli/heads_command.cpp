@@ -45,7 +45,6 @@ const char* role(const HeadStats& h) {
 
 void run_heads(const HeadsArgs& a) {
   set_threads(a.threads);
-  if (a.windows < 1) throw Error("--windows must be at least 1");
   check_head_settings(a.settings, a.length);  // before the model loads
   check_bundled_model_present(a.model_dir);
   const std::string text = held_out_text(a.text, a.model_dir);
@@ -100,14 +99,16 @@ void add_heads_command(CLI::App& app) {
                   "model's)");
   cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
   cmd->add_option("--from", s.from, "First query position measured")->capture_default_str();
-  cmd->add_option("--windows", args->windows, "At most N windows (one per document) to average over")->capture_default_str();
+  cmd->add_option("--windows", args->windows, "At most N windows (one per document) to average over")
+      ->capture_default_str()
+      ->check(kPositive);
   cmd->add_option("--sinks", s.sinks, "How many first tokens count as sinks")
       ->capture_default_str()
       ->check(kNonNegative);
   cmd->add_option("--recent", s.recent, "How many newest tokens count as local")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
   cmd->callback([args] { run_heads(*args); });
 }
 

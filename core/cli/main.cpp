@@ -58,7 +58,7 @@ void warn_if_more_than_cores(int threads) {
 }
 
 void set_threads(int threads) {
-  if (threads < 0) throw Error("--threads must be >= 0");
+  if (threads < 0) throw Error("--threads must be 0 or more, not " + std::to_string(threads));
   if (threads == 0) return;
   warn_if_more_than_cores(threads);
   omp_set_num_threads(threads);

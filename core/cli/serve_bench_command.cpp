@@ -73,13 +73,7 @@ struct ServeBenchArgs {
 
 // The flags that need no model, checked before loading one.
 void check_args(const ServeBenchArgs& a) {
-  if (a.blocks < 1) throw Error("--blocks must be >= 1, got " + std::to_string(a.blocks));
   check_block_size(a.block_size);
-  if (a.requests < 1) throw Error("--requests must be >= 1, got " + std::to_string(a.requests));
-  if (a.prompt_len < 1) throw Error("--prompt-len must be >= 1, got " + std::to_string(a.prompt_len));
-  if (a.output_len < 1) throw Error("--output-len must be >= 1, got " + std::to_string(a.output_len));
-  if (a.chunk < 1) throw Error("--chunk must be >= 1, got " + std::to_string(a.chunk));
-  if (a.repeat < 1) throw Error("--repeat must be >= 1, got " + std::to_string(a.repeat));
   if (a.strategies.empty()) throw Error("--strategies: name at least one of none, holes, reuse, compact");
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
   if (!a.calibration.empty() && a.policy != "triattention")
@@ -180,7 +174,6 @@ void run_serve_bench(const ServeBenchArgs& a) {
   for (const std::string& out : {a.json, a.trace})
     if (!out.empty()) check_writable(out);  // before the runs, not after them
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
-  if (a.layers < 0) throw Error("--layers must be >= 0, got " + std::to_string(a.layers));
   const bool random = !a.config.empty();
   if (!random) check_bundled_model_present(a.model_dir);
   check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
@@ -310,15 +303,18 @@ void add_serve_bench_command(CLI::App& app) {
           ->excludes(model);
   cmd->add_option("--layers", a.layers, "With --config: keep only the first N layers (0 = all)")
       ->capture_default_str()
+      ->check(kNonNegative)
       ->needs(config);
   cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt, else the bundled model's)")
       ->excludes(config);
-  cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str();
+  cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str()->check(kPositive);
   cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str();
-  cmd->add_option("--requests", a.requests, "Number of requests")->capture_default_str();
-  cmd->add_option("--prompt-len", a.prompt_len, "Prompt tokens per request")->capture_default_str();
-  cmd->add_option("--output-len", a.output_len, "New tokens per request (greedy)")->capture_default_str();
-  cmd->add_option("--chunk", a.chunk, "Prefill tokens per step of a request being admitted")->capture_default_str();
+  cmd->add_option("--requests", a.requests, "Number of requests")->capture_default_str()->check(kPositive);
+  cmd->add_option("--prompt-len", a.prompt_len, "Prompt tokens per request")->capture_default_str()->check(kPositive);
+  cmd->add_option("--output-len", a.output_len, "New tokens per request (greedy)")->capture_default_str()->check(kPositive);
+  cmd->add_option("--chunk", a.chunk, "Prefill tokens per step of a request being admitted")
+      ->capture_default_str()
+      ->check(kPositive);
   CLI::Option* policy = cmd->add_option("--policy", a.policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
                             ->capture_default_str()
                             ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
@@ -339,12 +335,13 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--device", a.device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--repeat", a.repeat, "Runs of each strategy, in turn; tokens/s and wall time are their median")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kPositive);
   // The eviction settings shape only the runs that evict: given with --strategies none
   // alone they would change nothing, so they are refused rather than ignored.
   const std::vector<CLI::Option*> eviction_flags = {policy, budget, slack, sinks, recent, calibration};

@@ -63,13 +63,11 @@ SimulationConfig base_config(const SimulateArgs& a) {
 }
 
 void check_args(const SimulateArgs& a) {
-  if (a.sim.tokens < 1) throw Error("--tokens must be >= 1");
   if (a.sim.block_size < 1 || a.sim.block_size > kMaxBlockSize)
     throw Error("--block-size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
                 std::to_string(a.sim.block_size));
   if (!(a.sim.evict_fraction >= 0 && a.sim.evict_fraction <= 1))
     throw Error("--evict must be a fraction between 0 and 1, got " + fmt("%g", a.sim.evict_fraction));
-  if (a.seeds < 1) throw Error("--seeds must be >= 1");
   if (a.strategy != "all" && a.strategy != "holes" && a.strategy != "reuse" && a.strategy != "compact")
     throw Error("--strategy must be all, holes, reuse or compact, got \"" + a.strategy + "\"");
   if (a.mode == "streaming" && a.sim.schedule.budget < 1) throw Error("--mode streaming needs --budget");
@@ -270,7 +268,7 @@ void add_simulate_command(CLI::App& app) {
       "(sinks 0, recent 0) unless asked, so random eviction shows the pure (f)^block_size law.\n"
       "Streaming (--budget B): append one token at a time and prune to B whenever B + slack are live,\n"
       "as the engine does; protection defaults to sinks 4, recent 32.");
-  cmd->add_option("--tokens", a->sim.tokens, "Tokens to write")->capture_default_str();
+  cmd->add_option("--tokens", a->sim.tokens, "Tokens to write")->capture_default_str()->check(kPositive);
   // An option the chosen mode would not use is refused rather than ignored: --evict
   // beside --budget (which replaces it in one-shot, and streaming has no use for it),
   // --slack without streaming.
@@ -285,7 +283,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--seed", a->sim.seed, "Seed of the workload and the random policy")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--seeds", a->seeds, "Runs with seeds seed, seed+1, ...: mean [min, max]")->capture_default_str();
+  cmd->add_option("--seeds", a->seeds, "Runs with seeds seed, seed+1, ...: mean [min, max]")
+      ->capture_default_str()
+      ->check(kPositive);
   cmd->add_option("--mode", a->mode, "one-shot or streaming (default: streaming when --budget is given)")
       ->check(CLI::IsMember({"one-shot", "streaming"}));
   CLI::Option* budget = cmd->add_option("--budget", a->sim.schedule.budget,
