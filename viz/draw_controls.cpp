@@ -255,7 +255,8 @@ void draw_legend(App& app) {
   if (owners == 1) {
     swatch(s.primary_view().run().has_scores() ? "live token (brighter = higher score)" : "live token", palette::live(0, 0, false));
   } else {
-    for (int k = 0; k < owners; ++k) swatch(("seq " + std::to_string(k)).c_str(), palette::live(k, 0, false));
+    for (int k = 0; k < std::min(owners, palette::kOwnerColours); ++k)
+      swatch(palette::owners_label(k, owners).c_str(), palette::live(k, 0, false));
     wrap(ImGui::CalcTextSize("live, by owner").x);
     ImGui::TextUnformatted("live, by owner");
     ImGui::SameLine(0, 18);

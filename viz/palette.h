@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cache/kv_cache.h"
 
@@ -34,6 +35,18 @@ constexpr uint32_t kSeqFuture = rgb(40, 43, 50);   // sequence view: not written
 constexpr int kOwnerColours = 4;
 constexpr uint32_t kOwner[kOwnerColours] = {rgb(70, 150, 245), rgb(60, 200, 170), rgb(185, 120, 240), rgb(225, 200, 80)};
 inline uint32_t owner(int seq) { return kOwner[(seq % kOwnerColours + kOwnerColours) % kOwnerColours]; }
+// The legend's name for colour k among `sequences`: "seq 1", or, when there are
+// more sequences than colours, the ones that share it: "seq 1, 5, 9", and from a
+// fourth on "seq 1, 5, 9, …".
+inline std::string owners_label(int k, int sequences) {
+  std::string label = "seq " + std::to_string(k);
+  int named = 1;
+  for (int seq = k + kOwnerColours; seq < sequences; seq += kOwnerColours, ++named) {
+    if (named == 3) return label + ", \xe2\x80\xa6";
+    label += ", " + std::to_string(seq);
+  }
+  return label;
+}
 
 // Chart lines, by memory strategy.
 inline uint32_t strategy(MemoryStrategy s) {

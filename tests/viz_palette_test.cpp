@@ -1,0 +1,30 @@
+// The app's colours (viz/palette.h): what the legend calls each sequence colour.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "palette.h"
+
+namespace kvscope::viz {
+namespace {
+
+TEST(VizPalette, TheLegendNamesEverySequenceThatSharesAColour) {
+  ASSERT_EQ(palette::kOwnerColours, 4);
+  // As many sequences as colours, or fewer: one name each.
+  EXPECT_EQ(palette::owners_label(0, 1), "seq 0");
+  EXPECT_EQ(palette::owners_label(3, 4), "seq 3");
+  // More: the colours repeat, and the legend says which sequences share one (it
+  // once showed 12 swatches, "seq 0" to "seq 11", in 4 colours).
+  EXPECT_EQ(palette::owners_label(1, 6), "seq 1, 5");
+  EXPECT_EQ(palette::owners_label(2, 6), "seq 2");
+  EXPECT_EQ(palette::owners_label(0, 12), "seq 0, 4, 8");
+  EXPECT_EQ(palette::owners_label(3, 12), "seq 3, 7, 11");
+  EXPECT_EQ(palette::owners_label(0, 13), "seq 0, 4, 8, \xe2\x80\xa6");  // seq 12 as well
+  EXPECT_EQ(palette::owners_label(1, 13), "seq 1, 5, 9");
+  // Sequence k + 4 is drawn in the colour of sequence k, and the four differ.
+  EXPECT_EQ(palette::owner(5), palette::owner(1));
+  EXPECT_EQ(std::set<uint32_t>(palette::kOwner, palette::kOwner + palette::kOwnerColours).size(), 4u);
+}
+
+}  // namespace
+}  // namespace kvscope::viz
