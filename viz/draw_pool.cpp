@@ -211,6 +211,17 @@ void draw_pool(App& app, int view, ImVec2 size) {
     }
   }
 
+  // Slot edges, where slots are wide enough to count: a block reads as its B slots,
+  // and a run of holes as so many holes.
+  if (g.slot_w >= 8) {
+    const uint32_t edge = palette::alpha(palette::kBackground, 0.6f);
+    for (int b = 0; b < occ.num_blocks(); ++b)
+      for (int j = 1; j < B; ++j) {
+        const float x = g.slot_x(b, j), y = g.block_y(b);
+        dl->AddRectFilled({x, y}, {x + 1, y + g.slot_h}, edge);
+      }
+  }
+
   // What just happened, fading: newer events are brighter.
   const size_t now = t.cursor();
   const size_t from = std::max(s.flash_from(view), now > kMaxFlash ? now - kMaxFlash : 0);
