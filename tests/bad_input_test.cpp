@@ -504,7 +504,7 @@ TEST(BadInput, EvictionThatWillNeverRunIsAWarning) {
   const ProgramRun r = run_kvscope(kTiny + "--prompt hi -n 4 --budget 40");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err.rfind("kvscope: warning: --budget 40 + --slack 128 = 168 live tokens start a round, and this run "
-                        "feeds 5 (2 prompt + 4 new - 1): nothing will be evicted\n", 0), 0u) << r.err;
+                        "feeds 5 tokens (2 prompt + 4 new - 1): nothing will be evicted\n", 0), 0u) << r.err;
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 200 --budget 40").err.find("warning"), std::string::npos);
 }
 
@@ -524,19 +524,45 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
 }
 
 TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
-  // One block of 16 slots and no eviction: the 17th token has nowhere to go. The
-  // text streamed so far stays printed and ends its line (in a terminal the error
-  // would otherwise run on from the text); then the refusal, on one line.
-  const ProgramRun r = run_kvscope(kTiny + "--prompt 'Once upon' -n 40 --kv-memory 0.02");
+  // Six blocks of 16 slots, random eviction to 32 of every 48 tokens, holes only: the
+  // survivors pin nearly every block, and a later token has nowhere to go. The text
+  // streamed so far stays printed and ends its line (in a terminal the error would
+  // otherwise run on from the text); then the refusal, on one line.
+  const ProgramRun r = run_kvscope(kTiny + "--prompt 'Once upon' -n 300 --kv-memory 0.1 --budget 32 --slack 16 "
+                                           "--recent 8 --policy random --strategy holes");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_EQ(r.out.rfind("Once upon", 0), 0u) << r.out;
   EXPECT_GT(r.out.size(), std::string("Once upon").size()) << "no token was generated before the pool ran out";
   EXPECT_EQ(r.out.back(), '\n') << r.out;
   const std::string want =
       "kvscope: error: block pool exhausted: sequence 0 needs room for 1 more token, the pool has 0 (0 free blocks of "
-      "16); the step is refused and the sequence is unchanged. --kv-memory 0.02 MB holds 1 block (16 tokens) and "
-      "nothing is evicted: raise --kv-memory, or evict with --budget\n";
+      "16); the step is refused and the sequence is unchanged. --kv-memory 0.1 MB holds 6 blocks (96 tokens), and "
+      "under --strategy holes a block goes back only when every token in it is evicted: use --strategy compact, or "
+      "raise --kv-memory\n";
   EXPECT_EQ(r.err, want);
+}
+
+TEST(BadInput, APoolThatMustRunOutIsRefusedBeforeTheRun) {
+  // One block of 16 slots and no eviction: the 17th token fed would have nowhere to
+  // go. Once the run printed 16 tokens of text and then stopped; now it is refused
+  // before any text, as serve-bench refuses a pool too small for one request.
+  const ProgramRun r = run_kvscope(kTiny + "--prompt 'Once upon' -n 40 --kv-memory 0.02");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "kvscope: error: this run feeds 47 tokens (8 prompt + 40 new - 1), more than the pool can hold: --kv-memory "
+            "0.02 MB holds 1 block (16 tokens) and nothing is evicted: raise --kv-memory, or evict with --budget\n");
+  // At the edge: 8 prompt + 9 new - 1 = 16 tokens fed fill the block and finish.
+  const ProgramRun full = run_kvscope(kTiny + "--prompt 'Once upon' -n 9 --kv-memory 0.02");
+  EXPECT_EQ(full.code, 0) << full.err;
+  EXPECT_NE(full.err.find("16 tokens cached in 1 block"), std::string::npos) << full.err;
+  // A round that waits for more live tokens than the pool holds frees nothing first.
+  expect_one_line_error(kTiny + "--prompt hi -n 100 --kv-memory 0.05 --budget 40 --slack 16 --recent 8",
+                        "this run feeds 101 tokens (2 prompt + 100 new - 1), more than the pool can hold: --kv-memory "
+                        "0.05 MB holds 3 blocks (48 tokens), fewer than a round waits for (--budget 40 + --slack 16)");
+  // With no new tokens the prompt alone is fed.
+  expect_one_line_error(kTiny + "--prompt '" + std::string(200, 'x') + "' -n 0 --kv-memory 0.02",
+                        "this run feeds 200 tokens (the prompt alone), more than the pool can hold");
 }
 
 TEST(BadInput, AFullPoolSaysWhichFlagWouldMakeRoom) {

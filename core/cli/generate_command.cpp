@@ -100,6 +100,29 @@ std::string pool_advice(const GenerateArgs& a, int num_blocks, size_t prompt_tok
   return pool + ": raise --kv-memory";
 }
 
+// The tokens a run feeds the model, as a sum: "47 tokens (8 prompt + 40 new - 1)".
+// The last new token is never fed.
+int64_t tokens_fed(size_t prompt_tokens, int n) { return int64_t(prompt_tokens) + std::max(n - 1, 0); }
+std::string tokens_fed_text(size_t prompt_tokens, int n) {
+  const std::string total = plural(tokens_fed(prompt_tokens, n), "token");
+  if (n == 0) return total + " (the prompt alone)";
+  return total + " (" + std::to_string(prompt_tokens) + " prompt + " + std::to_string(n) + " new - 1)";
+}
+
+// A pool that must run out before the run ends, refused before the run starts (as
+// serve-bench refuses a pool too small for one request): the prompt alone is larger,
+// or the run feeds more tokens than the pool holds and nothing frees a block first
+// (no eviction, or a round that waits for more live tokens than fit). Under
+// --strategy holes a pool can still run out mid-run: which blocks empty depends on
+// what the policy keeps, so that is said when it happens.
+void check_pool_holds_the_run(const GenerateArgs& a, int num_blocks, size_t prompt_tokens) {
+  const int64_t capacity = int64_t(num_blocks) * a.block_size;  // tokens
+  const bool frees_nothing_first = a.budget == 0 || int64_t(a.budget) + a.slack > capacity;
+  if (int64_t(prompt_tokens) > capacity || (tokens_fed(prompt_tokens, a.n) > capacity && frees_nothing_first))
+    throw Error("this run feeds " + tokens_fed_text(prompt_tokens, a.n) + ", more than the pool can hold: " +
+                pool_advice(a, num_blocks, prompt_tokens));
+}
+
 // The flags that need no model, checked before loading one.
 void check_args(const GenerateArgs& a) {
   if (a.block_size < 1 || a.block_size > kMaxBlockSize)
@@ -130,13 +153,11 @@ void run_generate(const GenerateArgs& a) {
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
   if (tokenizer.encode(text).empty()) throw Error("the prompt is empty");
   const std::vector<int> prompt = tokenizer.with_special_tokens(tokenizer.encode(text));  // BOS first, if the model has one
-  const int64_t fed = int64_t(prompt.size()) + std::max(a.n - 1, 0);  // the last new token is never fed
   const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};  // validated by check_args
-  if (schedule.enabled() && schedule.round_starts_at() > fed)
+  if (schedule.enabled() && schedule.round_starts_at() > tokens_fed(prompt.size(), a.n))
     print_warnings({"--budget " + std::to_string(a.budget) + " + --slack " + std::to_string(a.slack) + " = " +
                     std::to_string(schedule.round_starts_at()) + " live tokens start a round, and this run feeds " +
-                    std::to_string(fed) + " (" + std::to_string(prompt.size()) + " prompt + " + std::to_string(a.n) +
-                    " new - 1): nothing will be evicted"});
+                    tokens_fed_text(prompt.size(), a.n) + ": nothing will be evicted"});
 
   GenerateOptions options;
   options.max_new_tokens = a.n;
@@ -154,6 +175,7 @@ void run_generate(const GenerateArgs& a) {
   options.engine.num_blocks =
       a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))
                          : int((prompt.size() + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
+  if (a.kv_memory_mb > 0) check_pool_holds_the_run(a, options.engine.num_blocks, prompt.size());
   EventLog events;
   if (!a.trace.empty()) options.events = &events;
 
