@@ -634,6 +634,37 @@ TEST(Trace, RecordLayoutIsLittleEndian) {
   std::remove(path.c_str());
 }
 
+// "tokens.S" metadata: a sequence's token ids, written as one comma-separated word
+// and read back by sequence id.
+TEST(Trace, TokenIdsRoundTripThroughTheHeader) {
+  const Trace t = small_run();
+  TraceHeader header = t.header;
+  header.meta["tokens.0"] = token_ids_value({785, 0, 151643});
+  header.meta["tokens.2"] = token_ids_value({});
+  const std::string path = trace_path("tokens");
+  write_trace(path, header, t.events);
+  const std::string bytes = read_bytes(path);
+  EXPECT_NE(bytes.substr(0, bytes.find('\n')).find(" tokens.0=785,0,151643 "), std::string::npos);
+  const auto ids = trace_token_ids(read_trace(path).header, path);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids.at(0), (std::vector<int>{785, 0, 151643}));
+  EXPECT_TRUE(ids.at(2).empty());
+  std::remove(path.c_str());
+}
+
+TEST(Trace, BadTokenIdsNameTheKeyAndTheItem) {
+  const auto read = [](const std::string& key, const std::string& value) {
+    trace_token_ids({4, 6, MemoryStrategy::HolesOnly, {{key, value}}}, "t.trace");
+  };
+  expect_error([&] { read("tokens.0", "785,x,3"); }, "t.trace: header tokens.0=: \"x\" (item 2) is not a token id");
+  expect_error([&] { read("tokens.0", "785,"); }, "\"\" (item 2) is not a token id");
+  expect_error([&] { read("tokens.0", "-1"); }, "\"-1\" (item 1) is not a token id");
+  expect_error([&] { read("tokens.0", "99999999999"); }, "is not a token id");
+  expect_error([&] { read("tokens.a", "1"); }, "t.trace: header tokens.a=: \"a\" is not a sequence id");
+  expect_error([&] { read("tokens.", "1"); }, "is not a sequence id");
+  EXPECT_NO_THROW(read("token_count", "x"));  // other keys are not token lists
+}
+
 class TraceErrors : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -11,7 +11,9 @@
 #include <random>
 
 #include "cache/trace.h"
+#include "run_kvscope.h"
 #include "sim/synthetic.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "scenarios.h"
 #include "timeline.h"
@@ -204,6 +206,64 @@ TEST(VizTrace, ATraceFileShowsTheRunItRecorded) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), path + ": bytes_per_token=lots is not a byte count");
   }
+  std::remove(path.c_str());
+}
+
+// A trace from kvscope generate lists its token ids ("tokens.0"), and the app reads
+// them as text with the model's tokenizer: the sequence strip then shows the words
+// generate printed, not positions.
+TEST(VizTrace, AGenerateTraceShowsTheTextItPrinted) {
+  const std::string path = testing::TempDir() + "viz_generate.trace";
+  const std::string model = test::source_path("assets/model");
+  const test::ProgramRun r = test::run_shell(test::binary_path("kvscope") + " generate --model " + model +
+                                             " --prompt 'The json module' -n 24 --temperature 0 --budget 12 --slack 4"
+                                             " --sinks 2 --recent 4 --trace " + path + " 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_FALSE(r.output.empty());
+  const std::string printed = r.output.substr(0, r.output.size() - 1);  // the text ends its line
+
+  const auto run = load_trace_run(path);
+  ASSERT_EQ(run->token_text.size(), 1u);
+  const size_t prompt_tokens = Tokenizer::load(model + "/tokenizer.json").encode("The json module").size();
+  EXPECT_EQ(run->token_text[0].size(), prompt_tokens + 24);  // the prompt and the new tokens
+  std::string joined;
+  for (const std::string& t : run->token_text[0]) joined += t;
+  EXPECT_EQ(joined, printable(printed));
+  EXPECT_EQ(run->text(0, 0), "The");
+  EXPECT_EQ(run->text_note, "token text from " + model + "/tokenizer.json");
+  const std::string summary = trace_summary(*run);
+  EXPECT_EQ(summary.find("tokens.0"), std::string::npos) << summary;  // the ids are not listed
+  EXPECT_NE(summary.find("; token text from "), std::string::npos) << summary;
+  std::remove(path.c_str());
+}
+
+// Token ids without their tokenizer leave the run without text, and say why; an id
+// the tokenizer does not have is an error naming the file.
+TEST(VizTrace, TokenIdsWithoutTheirTokenizerShowPositions) {
+  SimulationConfig c;
+  c.tokens = 64;
+  c.record_events = true;
+  const SimulationResult r = simulate(c);
+  const std::string path = testing::TempDir() + "viz_token_ids.trace";
+  const auto write = [&](const std::string& model, const std::string& ids) {
+    write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, {{"model", model}, {"tokens.0", ids}}}, r.events);
+  };
+  write("/nowhere", "1,2,3");
+  const auto run = load_trace_run(path);
+  EXPECT_TRUE(run->token_text.empty());
+  EXPECT_EQ(run->text_note, "token ids, but no /nowhere/tokenizer.json to read them: positions shown");
+
+  const std::string model = test::source_path("assets/model");
+  write(model, "1,99999999");
+  try {
+    load_trace_run(path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": token id 99999999 of sequence 0 is not in " + model +
+                                              "/tokenizer.json (", 0), 0u) << e.what();
+  }
+  write(model, "1,x");
+  EXPECT_THROW(load_trace_run(path), Error);  // trace_token_ids' message (cache_test checks it)
   std::remove(path.c_str());
 }
 

@@ -2,11 +2,72 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvscope::viz {
+
+std::string printable(const std::string& bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size();) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i]);
+    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool valid = len > 0 && i + size_t(len) <= bytes.size();
+    for (int k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(bytes[i + size_t(k)]) >> 6) == 2;
+    if (valid && len == 1 && (c < 0x20 || c == 0x7f)) {
+      out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : "";
+      if (c != '\n' && c != '\t' && c != '\r') {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02X", c);
+        out += buf;
+      }
+      ++i;
+    } else if (valid) {
+      out.append(bytes, i, size_t(len));
+      i += size_t(len);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+      ++i;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// The text of the tokens a trace lists ("tokens.S", cache/trace.h), read with the
+// tokenizer of the model its header names. Without that tokenizer the run keeps
+// no text (the app then shows positions), and `text_note` says why.
+void read_token_text(Run& run, const std::string& path) {
+  const std::map<int, std::vector<int>> ids = trace_token_ids(run.header, path);
+  if (ids.empty()) return;
+  const auto model = run.header.meta.find("model");
+  const std::string tokenizer_json = (model == run.header.meta.end() ? std::string(".") : model->second) + "/tokenizer.json";
+  if (!file_exists(tokenizer_json)) {
+    run.text_note = "token ids, but no " + tokenizer_json + " to read them: positions shown";
+    return;
+  }
+  const Tokenizer tokenizer = Tokenizer::load(tokenizer_json);
+  for (const auto& [seq, seq_ids] : ids) {
+    if (seq >= int(run.token_text.size())) run.token_text.resize(size_t(seq) + 1);
+    for (int id : seq_ids) {
+      if (id >= tokenizer.vocab_size())
+        throw file_error(path, "token id " + std::to_string(id) + " of sequence " + std::to_string(seq) +
+                                   " is not in " + tokenizer_json + " (" + std::to_string(tokenizer.vocab_size()) +
+                                   " tokens)");
+      run.token_text[size_t(seq)].push_back(printable(tokenizer.token_bytes(id)));
+    }
+  }
+  run.text_note = "token text from " + tokenizer_json;
+}
+
+}  // namespace
 
 std::shared_ptr<const Run> load_trace_run(const std::string& path) {
   Trace trace = read_trace(path);
@@ -30,6 +91,7 @@ std::shared_ptr<const Run> load_trace_run(const std::string& path) {
   int sequences = 0;
   for (const Event& e : run->events) sequences = std::max(sequences, e.seq + 1);
   run->sequences = std::max(sequences, 1);
+  read_token_text(*run, path);
   return run;
 }
 
@@ -37,11 +99,12 @@ std::string trace_summary(const Run& run) {
   std::string out = "kvscope " + (run.source.empty() ? std::string("(unknown source)") : run.source) + " --trace:";
   const char* sep = " ";
   for (const auto& [key, value] : run.header.meta) {
-    if (key == "source") continue;
+    if (key == "source" || key.rfind("tokens.", 0) == 0) continue;  // token ids: too long to list
     out += sep + key + "=" + value;
     sep = ", ";
   }
-  return out + sep + std::to_string(run.events.size()) + " events";
+  out += sep + std::to_string(run.events.size()) + " events";
+  return run.text_note.empty() ? out : out + "; " + run.text_note;
 }
 
 const std::string& Run::text(int seq, int64_t pos) const {

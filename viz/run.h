@@ -44,6 +44,7 @@ struct Run {
   std::vector<RoundScores> round_scores;
   // Model runs: the text of each token, [seq][pos] (printable, escaped).
   std::vector<std::vector<std::string>> token_text;
+  std::string text_note;  // a trace's: where its token text came from, or why it has none
 
   bool has_scores() const { return bool(importance) || !round_scores.empty(); }
   // Requests served by the scheduler: sequences finish (or are preempted) and are
@@ -58,10 +59,13 @@ struct Run {
 
 // A trace file written by `kvscope generate`, `simulate` or `serve-bench --trace`,
 // as a run: its header and events (read_trace checks them; Session replays them).
-// A trace holds no scores and no token text, so the app shades nothing and shows
-// positions. bytes_per_token comes from the header's meta (0 when it has none).
-// Throws kvscope::Error naming the file.
+// A trace holds no scores, so the app shades nothing. Its token ids, where it lists
+// them (generate does), become text with the tokenizer of the model it names;
+// otherwise the app shows positions. bytes_per_token comes from the header's meta
+// (0 when it has none). Throws kvscope::Error naming the file.
 std::shared_ptr<const Run> load_trace_run(const std::string& path);
+// A token's bytes as text to show: UTF-8 kept, control and invalid bytes escaped ("\n", "\xFF").
+std::string printable(const std::string& bytes);
 // One line on what a trace-loaded run is: "kvscope simulate --trace: policy=random, tokens=16000, ..."
 std::string trace_summary(const Run& run);
 

@@ -260,35 +260,6 @@ class RecordingPolicy : public EvictionPolicy {
   int seq_;
 };
 
-// A token as text to show: UTF-8 kept, control and invalid bytes escaped.
-std::string printable(const std::string& bytes) {
-  std::string out;
-  for (size_t i = 0; i < bytes.size();) {
-    const unsigned char c = static_cast<unsigned char>(bytes[i]);
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool valid = len > 0 && i + size_t(len) <= bytes.size();
-    for (int k = 1; valid && k < len; ++k) valid = (static_cast<unsigned char>(bytes[i + size_t(k)]) >> 6) == 2;
-    if (valid && len == 1 && (c < 0x20 || c == 0x7f)) {
-      out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : "";
-      if (c != '\n' && c != '\t' && c != '\r') {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\x%02X", c);
-        out += buf;
-      }
-      ++i;
-    } else if (valid) {
-      out.append(bytes, i, size_t(len));
-      i += size_t(len);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-      ++i;
-    }
-  }
-  return out;
-}
-
 std::string find_calibration(const ModelSource& m) {
   if (!m.calibration.empty()) return m.calibration;
   for (const char* name : {"triattention-calibration.json", "calibration.json"})

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -271,6 +272,55 @@ Trace read_trace(const std::string& path) {
     }
   }
   return t;
+}
+
+// ---- token ids in the header --------------------------------------------------
+
+std::string token_ids_value(const std::vector<int>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  return out;
+}
+
+namespace {
+
+// "785" -> 785: digits only, at most `max`; nullopt otherwise.
+std::optional<int64_t> small_count(const std::string& s, int64_t max) {
+  if (s.empty() || s.size() > 10) return std::nullopt;
+  int64_t n = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  return n <= max ? std::optional<int64_t>(n) : std::nullopt;
+}
+
+}  // namespace
+
+std::map<int, std::vector<int>> trace_token_ids(const TraceHeader& header, const std::string& path) {
+  const std::string prefix = "tokens.";
+  std::map<int, std::vector<int>> out;
+  for (const auto& [key, value] : header.meta) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    const auto seq = small_count(key.substr(prefix.size()), kMaxSequenceId - 1);
+    if (!seq) throw file_error(path, "header " + key + "=: \"" + key.substr(prefix.size()) + "\" is not a sequence id");
+    std::vector<int>& ids = out[int(*seq)];
+    for (size_t start = 0; !value.empty();) {  // "785,2038,4688": an id, then a comma or the end
+      const size_t end = std::min(value.find(',', start), value.size());
+      const std::string item = value.substr(start, end - start);
+      const auto id = small_count(item, INT32_MAX);
+      if (!id)
+        throw file_error(path, "header " + key + "=: \"" + item + "\" (item " + std::to_string(ids.size() + 1) +
+                                   ") is not a token id");
+      ids.push_back(int(*id));
+      if (end == value.size()) break;
+      start = end + 1;
+    }
+  }
+  return out;
 }
 
 std::string describe(const Event& e) {

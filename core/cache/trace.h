@@ -57,6 +57,15 @@ struct Trace {
 // when it cannot be written, or when a metadata key is not a plain word.
 void write_trace(const std::string& path, const TraceHeader& header, const EventLog& events);
 
+// Optional metadata: the tokens a sequence holds, so a viewer can show its text.
+// "tokens.S" (S a sequence id) lists sequence S's token ids in position order,
+// comma-separated: "tokens.0=785,2038,4688". kvscope generate writes it; the ids
+// become text with the tokenizer of the model the header names ("model").
+std::string token_ids_value(const std::vector<int>& ids);  // {785, 2038} -> "785,2038"
+// The header's "tokens.S" entries, by sequence id. Throws kvscope::Error naming
+// `path` when a key's S is not a sequence id or a value is not a list of ids.
+std::map<int, std::vector<int>> trace_token_ids(const TraceHeader& header, const std::string& path);
+
 // Reads and checks a trace: the magic and version, the header fields, the event
 // count against the file size (a file cut short), every record's kind and ranges
 // (block in [0, num_blocks), slot in [0, block_size), -1 where a field is unused).

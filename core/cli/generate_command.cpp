@@ -198,8 +198,10 @@ void run_generate(const GenerateArgs& a) {
     std::fflush(stdout);
   };
   GenerateStats stats;
+  std::vector<int> ids = prompt;  // [position]  every token of the run, for the trace
   try {
     stats = generate(model, prompt, options, [&](int token) {
+      ids.push_back(token);
       if (tokenizer.is_special(token)) return;  // e.g. <|im_end|>: not text
       std::fputs(stream.push(token).c_str(), stdout);
       std::fflush(stdout);
@@ -225,7 +227,8 @@ void run_generate(const GenerateArgs& a) {
                        {{"source", "generate"}, {"model", a.model_dir}, {"policy", a.budget > 0 ? a.policy : "none"},
                         {"budget", std::to_string(a.budget)}, {"slack", std::to_string(a.slack)},
                         {"bytes_per_token",
-                         std::to_string(KvStorage::bytes_per_block(model.config, a.block_size) / size_t(a.block_size))}}};
+                         std::to_string(KvStorage::bytes_per_block(model.config, a.block_size) / size_t(a.block_size))},
+                        {"tokens.0", token_ids_value(ids)}}};  // the viewer shows them as text
     write_trace(a.trace, header, events);
     std::fprintf(stderr, "trace: %zu events written to %s\n", events.size(), a.trace.c_str());
   }
