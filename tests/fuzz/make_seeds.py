@@ -94,7 +94,8 @@ def seeds_trace():
           record(5, 0, pos=3), record(3, 0, 0, 0, pos=0), record(4, 0, 0, 0, 1, 0, pos=2),
           record(1, 0, 1), record(6, 0, pos=2),
           record(3, 1, 2, 0, pos=0), record(1, 1, 2)]
-    header = f"kvscope-trace 1 block_size=2 num_blocks=4 strategy=compact events={len(ev)} policy=random source=a%20b\n"
+    header = (f"kvscope-trace 1 block_size=2 num_blocks=4 strategy=compact events={len(ev)} policy=random source=a%20b"
+              " tokens.0=785,2038,4688 tokens.1=11\n")  # the token ids generate lists
     write("trace", "small_run", header.encode() + b"".join(ev))
     write("trace", "empty", b"kvscope-trace 1 block_size=16 num_blocks=1 strategy=holes events=0\n")
 

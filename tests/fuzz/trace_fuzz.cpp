@@ -9,7 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = kvscope::fuzz::input_file(data, size, "run.trace");
   try {
     const kvscope::Trace t = kvscope::read_trace(path);
-    kvscope::replay(t.header, t.events);  // checks every event, and that the stream is finished
+    kvscope::trace_token_ids(t.header, path);  // "tokens.S" lists, when the header has them
+    kvscope::replay(t.header, t.events);       // checks every event, and that the stream is finished
   } catch (const kvscope::Error&) {
   }
   return 0;
