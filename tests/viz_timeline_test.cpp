@@ -9,11 +9,12 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "cache/trace.h"
 #include "run_kvscope.h"
 #include "sim/synthetic.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"  // Tokenizer, read_text_file
 #include "util/error.h"
 #include "scenarios.h"
 #include "timeline.h"
@@ -234,6 +235,47 @@ TEST(VizTrace, AGenerateTraceShowsTheTextItPrinted) {
   const std::string summary = trace_summary(*run);
   EXPECT_EQ(summary.find("tokens.0"), std::string::npos) << summary;  // the ids are not listed
   EXPECT_NE(summary.find("; token text from "), std::string::npos) << summary;
+  std::remove(path.c_str());
+}
+
+// serve-bench's trace lists every sequence's tokens too: each request's prompt is a
+// piece of the held-out text it was cut from, and a preempted request's new
+// sequence holds the same tokens as its first. With --config (random weights and
+// random ids) there is no text to list.
+TEST(VizTrace, AServeBenchTraceShowsEachRequestsText) {
+  const std::string path = testing::TempDir() + "viz_serve.trace";
+  const std::string model = test::source_path("assets/model");
+  const std::string serve = test::binary_path("kvscope") + " serve-bench --model " + model +
+                            " --requests 4 --prompt-len 32 --output-len 48 --blocks 6 --budget 16 --slack 8"
+                            " --sinks 2 --recent 4 --repeat 1 --strategies holes --trace " + path;
+  const test::ProgramRun r = test::run_command(serve);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto run = load_trace_run(path);
+  ASSERT_GT(run->sequences, 4) << "the pool is meant to preempt a request: " << r.output;
+  ASSERT_EQ(int(run->token_text.size()), run->sequences);
+
+  const std::string heldout = printable(read_text_file(model + "/heldout.txt"));
+  const Tokenizer tokenizer = Tokenizer::load(model + "/tokenizer.json");
+  std::set<std::string> requests;  // each request's whole text, once however many sequences it ran in
+  for (int seq = 0; seq < run->sequences; ++seq) {
+    const std::vector<std::string>& text = run->token_text[size_t(seq)];
+    ASSERT_EQ(text.size(), 32u + 48u) << "sequence " << seq;
+    std::string prompt, all;
+    for (size_t i = 0; i < text.size(); ++i) (i < 32 ? prompt : all) += text[i];
+    EXPECT_NE(heldout.find(prompt), std::string::npos) << "sequence " << seq << ": " << prompt;
+    requests.insert(prompt + all);
+  }
+  EXPECT_EQ(requests.size(), 4u);  // 4 requests' texts, in more than 4 sequences
+
+  const test::ProgramRun random = test::run_command(
+      test::binary_path("kvscope") + " serve-bench --config " + test::tiny_model("tiny-tied") + "/config.json" +
+      " --requests 2 --prompt-len 8 --output-len 8 --blocks 4 --repeat 1 --strategies none --trace " + path);
+  ASSERT_EQ(random.code, 0) << random.output;
+  EXPECT_TRUE(load_trace_run(path)->token_text.empty());
+  const TraceHeader header = read_trace(path).header;
+  EXPECT_EQ(trace_token_ids(header, path).size(), 0u);
+  EXPECT_EQ(header.meta.count("model"), 0u);  // the header names the config the random model was built from
+  EXPECT_EQ(header.meta.at("config"), test::tiny_model("tiny-tied") + "/config.json");
   std::remove(path.c_str());
 }
 

@@ -60,9 +60,9 @@ struct Run {
 // A trace file written by `kvscope generate`, `simulate` or `serve-bench --trace`,
 // as a run: its header and events (read_trace checks them; Session replays them).
 // A trace holds no scores, so the app shades nothing. Its token ids, where it lists
-// them (generate does), become text with the tokenizer of the model it names;
-// otherwise the app shows positions. bytes_per_token comes from the header's meta
-// (0 when it has none). Throws kvscope::Error naming the file.
+// them (generate and serve-bench do), become text with the tokenizer of the model
+// it names; otherwise the app shows positions. bytes_per_token comes from the
+// header's meta (0 when it has none). Throws kvscope::Error naming the file.
 std::shared_ptr<const Run> load_trace_run(const std::string& path);
 // A token's bytes as text to show: UTF-8 kept, control and invalid bytes escaped ("\n", "\xFF").
 std::string printable(const std::string& bytes);

@@ -59,8 +59,8 @@ void write_trace(const std::string& path, const TraceHeader& header, const Event
 
 // Optional metadata: the tokens a sequence holds, so a viewer can show its text.
 // "tokens.S" (S a sequence id) lists sequence S's token ids in position order,
-// comma-separated: "tokens.0=785,2038,4688". kvscope generate writes it; the ids
-// become text with the tokenizer of the model the header names ("model").
+// comma-separated: "tokens.0=785,2038,4688". kvscope generate and serve-bench write
+// it; the ids become text with the tokenizer of the model the header names ("model").
 std::string token_ids_value(const std::vector<int>& ids);  // {785, 2038} -> "785,2038"
 // The header's "tokens.S" entries, by sequence id. Throws kvscope::Error naming
 // `path` when a key's S is not a sequence id or a value is not a list of ids.

@@ -277,11 +277,20 @@ void run_serve_bench(const ServeBenchArgs& a) {
   }
   if (!a.trace.empty()) {
     const std::string& last = a.strategies.back();
-    const TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
-                             {{"source", "serve-bench"}, {"model", a.model_dir}, {"policy", last == "none" ? "none" : a.policy},
-                              {"budget", std::to_string(last == "none" ? 0 : a.budget)},
-                              {"requests", std::to_string(a.requests)},
-                              {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
+    TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
+                       {{"source", "serve-bench"}, {random ? "config" : "model", random ? a.config : a.model_dir},
+                        {"policy", last == "none" ? "none" : a.policy},
+                        {"budget", std::to_string(last == "none" ? 0 : a.budget)},
+                        {"requests", std::to_string(a.requests)},
+                        {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
+    // The tokens of every sequence, when they are the model's text (the viewer shows
+    // them as words); a request preempted and recomputed holds the same tokens again.
+    if (!text_ids.empty())
+      for (const Request& q : runs.back().requests) {
+        std::vector<int> ids(size_t(q.context()));
+        for (int i = 0; i < q.context(); ++i) ids[size_t(i)] = q.token(i);
+        for (int seq : q.seqs) header.meta["tokens." + std::to_string(seq)] = token_ids_value(ids);
+      }
     write_trace(a.trace, header, events);
     std::printf("trace: %zu events of the %s run written to %s\n", events.size(), last.c_str(), a.trace.c_str());
   }
