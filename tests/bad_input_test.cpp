@@ -105,8 +105,8 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   // than the one given (a negative --sinks or a zero --budget taken as "not given").
   expect_one_line_error("eval --windows 1 --context 64 --block-size 0",
                         "eval: the block size must be between 1 and 256, got 0");
-  expect_one_line_error("eval --windows 1 --context 64 --keep 0",
-                        "eval: a kept fraction must be above 0 and below 1 (got 0)");
+  expect_one_line_error("eval --windows 1 --context 64 --keep 0", "--keep: must be above 0, not 0");
+  expect_one_line_error("eval --windows 1 --context 64 --keep 0.5,1", "--keep: must be below 1, not 1");
   // Once "forward: position 512 is past ..." from inside the first window.
   expect_one_line_error("heads --model '" + test::tiny_model("tiny-tied") + "' --length 600",
                         "heads: --length 600 is longer than the model's max_position_embeddings (512)");

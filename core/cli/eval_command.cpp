@@ -122,7 +122,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--windows", args->windows, "At most N windows (0 = one per long-enough document)")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--keep", s.keep, "Kept fractions of the context (the budgets)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--keep", s.keep, "Kept fractions of the context (the budgets)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(kOpenFraction);
   cmd->add_option("--policies", s.policies, "Policies: streaming, h2o, snapkv, triattention, random, oracle")
       ->delimiter(',')
       ->capture_default_str();

@@ -31,6 +31,7 @@ constexpr double kHuge = std::numeric_limits<double>::max();
 const CLI::Validator kPositive = number_check(0, true, kHuge, "POSITIVE");
 const CLI::Validator kNonNegative = number_check(0, false, kHuge, "NONNEGATIVE");
 const CLI::Validator kFraction = number_check(0, false, 1, "FRACTION");
+const CLI::Validator kOpenFraction = number_check(0, true, 1, "(0,1)", true);
 
 std::string bundled_model_dir() { return std::string(KVSCOPE_ASSETS_DIR) + "/model"; }
 

@@ -33,11 +33,12 @@ inline std::string number_value_problem(const std::string& text, bool whole) {
   return "";
 }
 
-// A finite number in [low, high] (above low when `above_low`), else a sentence
-// saying why not ("must be above 0, not -3"), as a CLI11 check. strtod reads "nan"
-// and "inf" too; they are refused, since every comparison with NaN is false and a
-// range check alone lets it through.
-inline CLI::Validator number_check(double low, bool above_low, double high, const std::string& name) {
+// A finite number in [low, high] (above low when `above_low`, below high when
+// `below_high`), else a sentence saying why not ("must be above 0, not -3"), as a
+// CLI11 check. strtod reads "nan" and "inf" too; they are refused, since every
+// comparison with NaN is false and a range check alone lets it through.
+inline CLI::Validator number_check(double low, bool above_low, double high, const std::string& name,
+                                   bool below_high = false) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         const std::string problem = number_value_problem(text, false);
@@ -45,6 +46,7 @@ inline CLI::Validator number_check(double low, bool above_low, double high, cons
         const double x = std::strtod(text.c_str(), nullptr);
         if (above_low && x <= low) return "must be above " + number_text(low) + ", not " + text;
         if (x < low) return "must be " + number_text(low) + " or more, not " + text;
+        if (below_high && x >= high) return "must be below " + number_text(high) + ", not " + text;
         if (x > high) return "must be " + number_text(high) + " or less, not " + text;
         return "";
       },
