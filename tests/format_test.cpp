@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "util/error.h"  // number_text
+
 namespace kvscope {
 namespace {
 
@@ -33,6 +35,18 @@ TEST(Format, AnBeforeTheNumbersThatAreReadWithAVowel) {
     EXPECT_STREQ(a_or_an(n), "an") << n;
   for (const char* n : {"1", "24", "0.5", "0.001", "110", "180", "1100", "1800", "111", "1.8", "1e+06", "16"})
     EXPECT_STREQ(a_or_an(n), "a") << n;
+}
+
+// number_text: whole numbers in full (a limit reads "1000000000", not "1e+09"),
+// the rest as %g; NaN and numbers past an int64 are not cast.
+TEST(Format, NumberTextQuotesWholeNumbersInFull) {
+  EXPECT_EQ(number_text(1e9), "1000000000");
+  EXPECT_EQ(number_text(-1), "-1");
+  EXPECT_EQ(number_text(0), "0");
+  EXPECT_EQ(number_text(0.875), "0.875");
+  EXPECT_EQ(number_text(1e15), "1e+15");
+  EXPECT_EQ(number_text(1e300), "1e+300");
+  EXPECT_EQ(number_text(std::nan("")), "nan");
 }
 
 TEST(Format, ParameterCountsInMillionsOrBillions) {

@@ -284,8 +284,8 @@ void expect_one_line_error(const std::string& args, const std::string& part) {
 }
 
 TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
-  expect_one_line_error("simulate --block-size 0", "--block-size must be between 1 and 256, got 0");
-  expect_one_line_error("simulate --evict 1.5", "--evict must be a fraction between 0 and 1, got 1.5");
+  expect_one_line_error("simulate --block-size 0", "--block-size: must be 1 or more, not 0");
+  expect_one_line_error("simulate --evict 1.5", "--evict: must be 1 or less, not 1.5");
   expect_one_line_error("simulate --policy snapkv", "simulate has no model");
   expect_one_line_error("simulate --trace x.trace", "--trace records one run");
   expect_one_line_error("simulate --budget 16", "smaller than the protected tokens");

@@ -119,7 +119,7 @@ void add_bench_compaction_command(CLI::App& bench) {
   cmd->add_option("--block-sizes", args->block_sizes, "Block sizes")
       ->delimiter(',')
       ->capture_default_str()
-      ->check(number_check(1, false, 256, "1..256"));
+      ->check(kBlockSize);
   cmd->add_option("--repeats", args->repeats, "Runs per row; the best is reported")
       ->capture_default_str()
       ->check(kPositive);

@@ -111,7 +111,7 @@ void add_bench_gpu_compaction_command(CLI::App& bench) {
       ->check(kFraction);
   cmd->add_option("--block-size", args->block_size, "Tokens per block")
       ->capture_default_str()
-      ->check(number_check(1, false, 256, "1..256"));
+      ->check(kBlockSize);
   cmd->add_option("--calls", args->calls, "Calls per timing")->capture_default_str()->check(kPositive);
   cmd->callback([args] {
 #ifdef KVSCOPE_HAVE_CUDA

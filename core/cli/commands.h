@@ -35,6 +35,7 @@ extern const CLI::Validator kPositive;     // a number above 0
 extern const CLI::Validator kNonNegative;  // a number, 0 or more
 extern const CLI::Validator kFraction;     // a number from 0 to 1
 extern const CLI::Validator kOpenFraction; // a number above 0 and below 1
+extern const CLI::Validator kBlockSize;    // --block-size: 1 to kMaxBlockSize tokens
 
 // A list option given the same value twice (--policies h2o,h2o, --keep 0.5,0.5):
 // kvscope::Error "--policies: h2o is given twice", before a run that would do it twice.

@@ -129,10 +129,10 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--policies", s.policies, "Policies: streaming, h2o, snapkv, triattention, random, oracle")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--block-size", s.block_size, "Tokens per block")->capture_default_str();
-  cmd->add_option("--slack", s.slack, "Rounds start at budget + slack live tokens")->capture_default_str();
-  cmd->add_option("--sinks", s.sinks, "First tokens always kept")->capture_default_str();
-  cmd->add_option("--recent", s.recent, "Newest tokens always kept")->capture_default_str();
+  cmd->add_option("--block-size", s.block_size, "Tokens per block")->capture_default_str()->check(kBlockSize);
+  cmd->add_option("--slack", s.slack, "Rounds start at budget + slack live tokens")->capture_default_str()->check(kPositive);
+  cmd->add_option("--sinks", s.sinks, "First tokens always kept")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--recent", s.recent, "Newest tokens always kept")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--seed", s.seed, "Seed of the random policy")
       ->capture_default_str()
       ->check(kNonNegative);

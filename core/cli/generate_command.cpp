@@ -125,11 +125,6 @@ void check_pool_holds_the_run(const GenerateArgs& a, int num_blocks, size_t prom
 
 // The flags that need no model, checked before loading one.
 void check_args(const GenerateArgs& a) {
-  if (a.block_size < 1 || a.block_size > kMaxBlockSize)
-    throw Error("--block-size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
-                std::to_string(a.block_size));
-  if (!(a.kv_memory_mb >= 0 && a.kv_memory_mb <= 1e9))  // a petabyte at most: its bytes fit a size_t
-    throw Error("--kv-memory must be from 0 to 1000000000 MB, got " + number_text(a.kv_memory_mb));
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);
@@ -244,9 +239,15 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", args->prompt, "The prompt text")->required();
   cmd->add_option("-n,--tokens", args->n, "Number of new tokens to generate")->capture_default_str()->check(kNonNegative);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt in the ChatML template as a user message");
-  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 means greedy")->capture_default_str();
-  cmd->add_option("--top-k", args->top_k, "Sample among the k most likely tokens; 0 = all")->capture_default_str();
-  cmd->add_option("--top-p", args->top_p, "Nucleus sampling: smallest set with this probability")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 means greedy")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--top-k", args->top_k, "Sample among the k most likely tokens; 0 = all")
+      ->capture_default_str()
+      ->check(kNonNegative);
+  cmd->add_option("--top-p", args->top_p, "Nucleus sampling: smallest set with this probability")
+      ->capture_default_str()
+      ->check(number_check(0, true, 1, "(0,1]"));
   cmd->add_option("--seed", args->seed, "Random seed: the same seed gives the same text")
       ->capture_default_str()
       ->check(kNonNegative);  // -1 is not "a random seed" here: it would wrap to 2^64 - 1
@@ -257,7 +258,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--device", args->device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--block-size", args->block_size, "Tokens per KV block (1 to 256)")->capture_default_str();
+  cmd->add_option("--block-size", args->block_size, "Tokens per KV block")->capture_default_str()->check(kBlockSize);
   CLI::Option* strategy =
       cmd->add_option("--strategy", args->strategy, "After eviction: holes (blocks free only when empty), reuse (fill holes), compact")
           ->capture_default_str()
@@ -268,17 +269,25 @@ void add_generate_command(CLI::App& app) {
   CLI::Option* calibration = cmd->add_option("--calibration", args->calibration,
                                              "TriAttention calibration file (default: MODEL/triattention-calibration.json)");
   CLI::Option* budget =
-      cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")->capture_default_str();
+      cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")
+                               ->capture_default_str()
+                               ->check(kNonNegative);
   CLI::Option* slack =
-      cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")->capture_default_str();
-  CLI::Option* sinks = cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")->capture_default_str();
-  CLI::Option* recent = cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str();
+      cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")
+                              ->capture_default_str()
+                              ->check(kPositive);
+  CLI::Option* sinks = cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")
+                             ->capture_default_str()
+                             ->check(kNonNegative);
+  CLI::Option* recent =
+      cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str()->check(kNonNegative);
   // The eviction settings need a budget: without one (or with --budget 0) nothing is
   // evicted, and they would go unused.
   const std::vector<CLI::Option*> eviction_flags = {strategy, policy, calibration, slack, sinks, recent};
   for (CLI::Option* o : eviction_flags) o->needs(budget);
   cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_check(0, false, 1e9, "0..1e9"));  // a petabyte at most: its bytes fit a size_t
   cmd->add_option("--trace", args->trace, "Record every cache event of the run to this file; kvscope-viz --trace FILE shows it");
   cmd->callback([args, eviction_flags] {
     for (const CLI::Option* o : eviction_flags)

@@ -32,6 +32,7 @@ const CLI::Validator kPositive = number_check(0, true, kHuge, "POSITIVE");
 const CLI::Validator kNonNegative = number_check(0, false, kHuge, "NONNEGATIVE");
 const CLI::Validator kFraction = number_check(0, false, 1, "FRACTION");
 const CLI::Validator kOpenFraction = number_check(0, true, 1, "(0,1)", true);
+const CLI::Validator kBlockSize = number_check(1, false, kMaxBlockSize, "1.." + std::to_string(kMaxBlockSize));
 
 std::string bundled_model_dir() { return std::string(KVSCOPE_ASSETS_DIR) + "/model"; }
 

@@ -317,7 +317,7 @@ void add_serve_bench_command(CLI::App& app) {
   cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt, else the bundled model's)")
       ->excludes(config);
   cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str()->check(kPositive);
-  cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str();
+  cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str()->check(kBlockSize);
   cmd->add_option("--requests", a.requests, "Number of requests")->capture_default_str()->check(kPositive);
   cmd->add_option("--prompt-len", a.prompt_len, "Prompt tokens per request")->capture_default_str()->check(kPositive);
   cmd->add_option("--output-len", a.output_len, "New tokens per request (greedy)")->capture_default_str()->check(kPositive);
@@ -328,11 +328,16 @@ void add_serve_bench_command(CLI::App& app) {
                             ->capture_default_str()
                             ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
   CLI::Option* budget =
-      cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")->capture_default_str();
+      cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")
+          ->capture_default_str()
+          ->check(kNonNegative);
   CLI::Option* slack = cmd->add_option("--slack", a.slack, "A round starts when a sequence's live tokens reach budget + slack")
-                           ->capture_default_str();
-  CLI::Option* sinks = cmd->add_option("--sinks", a.sinks, "First tokens never evicted")->capture_default_str();
-  CLI::Option* recent = cmd->add_option("--recent", a.recent, "Newest tokens never evicted")->capture_default_str();
+                           ->capture_default_str()
+                           ->check(kPositive);
+  CLI::Option* sinks =
+      cmd->add_option("--sinks", a.sinks, "First tokens never evicted")->capture_default_str()->check(kNonNegative);
+  CLI::Option* recent =
+      cmd->add_option("--recent", a.recent, "Newest tokens never evicted")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--strategies", a.strategies, "Runs: none (no eviction), holes, reuse, compact")
       ->delimiter(',')
       ->capture_default_str()

@@ -63,11 +63,6 @@ SimulationConfig base_config(const SimulateArgs& a) {
 }
 
 void check_args(const SimulateArgs& a) {
-  if (a.sim.block_size < 1 || a.sim.block_size > kMaxBlockSize)
-    throw Error("--block-size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
-                std::to_string(a.sim.block_size));
-  if (!(a.sim.evict_fraction >= 0 && a.sim.evict_fraction <= 1))
-    throw Error("--evict must be a fraction between 0 and 1, got " + fmt("%g", a.sim.evict_fraction));
   if (a.strategy != "all" && a.strategy != "holes" && a.strategy != "reuse" && a.strategy != "compact")
     throw Error("--strategy must be all, holes, reuse or compact, got \"" + a.strategy + "\"");
   if (a.mode == "streaming" && a.sim.schedule.budget < 1) throw Error("--mode streaming needs --budget");
@@ -273,8 +268,11 @@ void add_simulate_command(CLI::App& app) {
   // beside --budget (which replaces it in one-shot, and streaming has no use for it),
   // --slack without streaming.
   CLI::Option* evict = cmd->add_option("--evict", a->sim.evict_fraction, "One-shot: the fraction of the tokens to evict")
-                           ->capture_default_str();
-  cmd->add_option("--block-size", a->sim.block_size, "Slots per physical block (vLLM: 16)")->capture_default_str();
+                           ->capture_default_str()
+                           ->check(kFraction);
+  cmd->add_option("--block-size", a->sim.block_size, "Slots per physical block (vLLM: 16)")
+      ->capture_default_str()
+      ->check(kBlockSize);
   cmd->add_option("--policy", a->sim.policy, "random, streaming (sinks + newest) or importance (the workload's scores)")
       ->capture_default_str();
   cmd->add_option("--workload", a->sim.workload, "Token importance: uniform, sinks-recency, clustered, heavy-tailed")

@@ -6,6 +6,7 @@
 // The command-line program prints it after "kvscope: error: " and exits with 1.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -28,10 +29,12 @@ inline Error file_error(const std::string& file, const std::string& what) {
   return Error(file + ": " + what);
 }
 
-// A number as a message quotes it: "-1", "0.875", "nan", "1e+30" (printf's %g).
+// A number as a message quotes it: "-1", "0.875", "nan", "1e+30" (printf's %g),
+// and a whole number in full: "1000000000", not %g's "1e+09".
 inline std::string number_text(double x) {
   char text[32];
-  std::snprintf(text, sizeof text, "%g", x);
+  const bool whole = x > -1e15 && x < 1e15 && x == double(int64_t(x));  // range first: NaN and 1e300 are not cast
+  std::snprintf(text, sizeof text, whole ? "%.0f" : "%g", x);
   return text;
 }
 
