@@ -227,10 +227,10 @@ TEST(MemoryCommand, BadInputExitsWithOneLineError) {
   const std::pair<std::string, std::string> cases[] = {
       {c32 + " --weight-bits 5", "--weight-bits"},
       {c32 + " --kv-bits 4", "--kv-bits"},
-      {c32 + " --gpu-gb=-24", "--gpu-gb"},
-      {c32 + " --gpu-gb 1e30", "--gpu-gb"},  // was "-0 tokens": the count overflowed int64
-      {c32 + " --reserve-gb 1e30", "--reserve-gb"},
-      {c32 + " --reserve-gb=-1", "--reserve-gb"},
+      {c32 + " --gpu-gb=-24", "--gpu-gb: must be 0 or more, not -24"},
+      {c32 + " --gpu-gb 1e30", "--gpu-gb: must be 1000000 or less, not 1e30"},  // was "-0 tokens": int64 overflow
+      {c32 + " --reserve-gb 1e30", "--reserve-gb: must be 1000000 or less"},
+      {c32 + " --reserve-gb=-1", "--reserve-gb: must be 0 or more"},
       {config_arg("no-such-config.json"), "no-such-config.json"},
   };
   for (const auto& [args, names] : cases) {

@@ -109,12 +109,17 @@ void add_memory_command(CLI::App& app) {
       "KV-cache memory calculator: bytes per token of K/V, bytes of the weights, and how many tokens fit on a GPU.\n"
       "free = GPU - weights - reserve; tokens = free / KV bytes per token. 1 GB = 1e9 bytes.");
   cmd->add_option("--config", args->config, "config.json giving the model shape")->required();
-  cmd->add_option("--gpu-gb", args->budget.gpu_gb, "GPU memory in GB (1 GB = 1e9 bytes)")->capture_default_str();
+  // From 0 GB (nothing fits: the answer says so) to a petabyte (kMaxGb in model/memory.cpp).
+  const CLI::Validator gigabytes = number_check(0, false, 1e6, "0..1e6");
+  cmd->add_option("--gpu-gb", args->budget.gpu_gb, "GPU memory in GB (1 GB = 1e9 bytes)")
+      ->capture_default_str()
+      ->check(gigabytes);
   cmd->add_option("--weight-bits", args->budget.weight_bits, "Bits per weight: 2, 3, 4, 8, 16 or 32")->capture_default_str();
   cmd->add_option("--kv-bits", args->budget.kv_bits, "Bits per K/V element: 8, 16 or 32")->capture_default_str();
   cmd->add_option("--reserve-gb", args->budget.reserve_gb,
                   "GB held back for the CUDA context, activations and allocator slack")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(gigabytes);
   cmd->callback([args] { run_memory(*args); });
 }
 
