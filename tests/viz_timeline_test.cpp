@@ -15,6 +15,7 @@
 #include "run_kvscope.h"
 #include "sim/synthetic.h"
 #include "tokenizer/tokenizer.h"  // Tokenizer, read_text_file
+#include "util/file.h"
 #include "util/error.h"
 #include "scenarios.h"
 #include "timeline.h"
@@ -235,6 +236,16 @@ TEST(VizTrace, AGenerateTraceShowsTheTextItPrinted) {
   const std::string summary = trace_summary(*run);
   EXPECT_EQ(summary.find("tokens.0"), std::string::npos) << summary;  // the ids are not listed
   EXPECT_NE(summary.find("; token text from "), std::string::npos) << summary;
+
+  // A relative --model is written as the folder it leads to, so the app finds the
+  // tokenizer whatever folder it is started from.
+  const test::ProgramRun relative = test::run_command("cd '" + test::source_path("") + "' && " +
+                                                     test::binary_path("kvscope") +
+                                                     " generate --model tests/models/tiny-tied --prompt hi -n 2 --trace " + path);
+  ASSERT_EQ(relative.code, 0) << relative.output;
+  EXPECT_EQ(read_trace(path).header.meta.at("model"), absolute_path(test::tiny_model("tiny-tied")));
+  const Tokenizer tiny = Tokenizer::load(test::tiny_model("tiny-tied") + "/tokenizer.json");
+  EXPECT_EQ(load_trace_run(path)->token_text.at(0).size(), tiny.with_special_tokens(tiny.encode("hi")).size() + 2);
   std::remove(path.c_str());
 }
 

@@ -219,7 +219,7 @@ void run_generate(const GenerateArgs& a) {
 
   if (!a.trace.empty()) {
     TraceHeader header{a.block_size, options.engine.num_blocks, options.engine.strategy,
-                       {{"source", "generate"}, {"model", a.model_dir}, {"policy", a.budget > 0 ? a.policy : "none"},
+                       {{"source", "generate"}, {"model", absolute_path(a.model_dir)}, {"policy", a.budget > 0 ? a.policy : "none"},
                         {"budget", std::to_string(a.budget)}, {"slack", std::to_string(a.slack)},
                         {"bytes_per_token",
                          std::to_string(KvStorage::bytes_per_block(model.config, a.block_size) / size_t(a.block_size))},

@@ -278,7 +278,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   if (!a.trace.empty()) {
     const std::string& last = a.strategies.back();
     TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
-                       {{"source", "serve-bench"}, {random ? "config" : "model", random ? a.config : a.model_dir},
+                       {{"source", "serve-bench"}, {random ? "config" : "model", absolute_path(random ? a.config : a.model_dir)},
                         {"policy", last == "none" ? "none" : a.policy},
                         {"budget", std::to_string(last == "none" ? 0 : a.budget)},
                         {"requests", std::to_string(a.requests)},

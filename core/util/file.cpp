@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -14,6 +15,14 @@
 #include "util/error.h"
 
 namespace kvscope {
+
+std::string absolute_path(const std::string& path) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (!resolved) return path;
+  std::string out(resolved);
+  std::free(resolved);
+  return out;
+}
 
 void check_not_a_directory(const std::string& path) {
   struct stat st {};

@@ -11,6 +11,12 @@ std::string read_file(const std::string& path);
 
 bool file_exists(const std::string& path);
 
+// The path from the root, with no "." or ".." ("tests/models/tiny" ->
+// "/work/kvscope/tests/models/tiny"): what a file written here names so that it
+// still leads there when read from another folder. The path as given when it does
+// not exist.
+std::string absolute_path(const std::string& path);
+
 // kvscope::Error "PATH: is a directory, not a file" when it is one. A directory
 // opens for reading as a file does, and reads as empty: a check before reading.
 void check_not_a_directory(const std::string& path);
