@@ -190,6 +190,7 @@ TEST(VizTrace, ATraceFileShowsTheRunItRecorded) {
   EXPECT_EQ(run->sequences, 1);
   EXPECT_FALSE(run->served());
   EXPECT_FALSE(run->has_scores());  // a trace holds none
+  EXPECT_TRUE(run->traced);         // and the app's tooltip says so
   EXPECT_EQ(trace_summary(*run), "kvscope simulate --trace: bytes_per_token=229376, policy=random, " +
                                      std::to_string(r.events.size()) + " events");
   Timeline t(run);

@@ -137,7 +137,9 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
     if (auto sc = scores(owner, pos))
       ImGui::Text("score %.4g", *sc);
     else
-      ImGui::TextUnformatted(t.run().has_scores() ? "score: not scored yet" : "score: none (the policy has none)");
+      ImGui::TextUnformatted(t.run().has_scores() ? "score: not scored yet"
+                             : t.run().traced     ? "score: not recorded (a trace holds no scores)"
+                                                  : "score: none (the policy has none)");
     const std::string& text = t.run().text(owner, pos);
     if (!text.empty()) ImGui::Text("text \"%s\"", text.c_str());
   }

@@ -72,6 +72,7 @@ void read_token_text(Run& run, const std::string& path) {
 std::shared_ptr<const Run> load_trace_run(const std::string& path) {
   Trace trace = read_trace(path);
   auto run = std::make_shared<Run>();
+  run->traced = true;
   run->label = strategy_name(trace.header.strategy);
   run->header = std::move(trace.header);
   run->events = std::move(trace.events);

@@ -44,6 +44,7 @@ struct Run {
   std::vector<RoundScores> round_scores;
   // Model runs: the text of each token, [seq][pos] (printable, escaped).
   std::vector<std::vector<std::string>> token_text;
+  bool traced = false;    // read from a trace file (load_trace_run), not recorded here
   std::string text_note;  // a trace's: where its token text came from, or why it has none
 
   bool has_scores() const { return bool(importance) || !round_scores.empty(); }
