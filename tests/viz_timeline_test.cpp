@@ -250,6 +250,31 @@ TEST(VizTrace, AGenerateTraceShowsTheTextItPrinted) {
   std::remove(path.c_str());
 }
 
+// The README's pair: generate under holes and under compact, with the same prompt
+// and seed, writes the same text (compaction changes no logit), so the app plays
+// the two traces in step (one schedule) and shows one text for both.
+TEST(VizTrace, GenerateTracesOfHolesAndCompactPlayInStep) {
+  std::vector<std::shared_ptr<const viz::Run>> runs;  // viz::, as Run alone is the test class's own Run()
+  for (const char* strategy : {"holes", "compact"}) {
+    const std::string path = testing::TempDir() + "viz_generate_" + strategy + ".trace";
+    const test::ProgramRun r = test::run_command(test::binary_path("kvscope") + " generate --model " +
+                                                 test::source_path("assets/model") +
+                                                 " --prompt 'The json module' -n 120 --budget 48 --slack 16 --seed 2"
+                                                 " --strategy " + strategy + " --trace " + path);
+    ASSERT_EQ(r.code, 0) << r.output;
+    runs.push_back(load_trace_run(path));
+    std::remove(path.c_str());
+  }
+  EXPECT_EQ(runs[0]->token_text, runs[1]->token_text);
+  const Session session(runs);
+  EXPECT_TRUE(session.same_schedule());
+  Timeline holes(runs[0]), compact(runs[1]);
+  holes.seek(holes.size());
+  compact.seek(compact.size());
+  EXPECT_EQ(holes.counters().live(), compact.counters().live());
+  EXPECT_LT(compact.counters().blocks_in_use, holes.counters().blocks_in_use);  // what compaction gives back
+}
+
 // serve-bench's trace lists every sequence's tokens too: each request's prompt is a
 // piece of the held-out text it was cut from, and a preempted request's new
 // sequence holds the same tokens as its first. With --config (random weights and
