@@ -331,6 +331,8 @@ TEST(VizTrace, TokenIdsWithoutTheirTokenizerShowPositions) {
   const auto run = load_trace_run(path);
   EXPECT_TRUE(run->token_text.empty());
   EXPECT_EQ(run->text_note, "token ids, but no /nowhere/tokenizer.json to read them: positions shown");
+  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, {{"tokens.0", "1,2"}}}, r.events);
+  EXPECT_EQ(load_trace_run(path)->text_note, "token ids, but no model named to read them with: positions shown");
 
   const std::string model = test::source_path("assets/model");
   write(model, "1,99999999");

@@ -48,7 +48,11 @@ void read_token_text(Run& run, const std::string& path) {
   const std::map<int, std::vector<int>> ids = trace_token_ids(run.header, path);
   if (ids.empty()) return;
   const auto model = run.header.meta.find("model");
-  const std::string tokenizer_json = (model == run.header.meta.end() ? std::string(".") : model->second) + "/tokenizer.json";
+  if (model == run.header.meta.end()) {
+    run.text_note = "token ids, but no model named to read them with: positions shown";
+    return;
+  }
+  const std::string tokenizer_json = model->second + "/tokenizer.json";
   if (!file_exists(tokenizer_json)) {
     run.text_note = "token ids, but no " + tokenizer_json + " to read them: positions shown";
     return;
