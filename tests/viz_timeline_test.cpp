@@ -275,6 +275,34 @@ TEST(VizTrace, GenerateTracesOfHolesAndCompactPlayInStep) {
   EXPECT_LT(compact.counters().blocks_in_use, holes.counters().blocks_in_use);  // what compaction gives back
 }
 
+// kvscope-viz --trace A,B: two traces of one strategy are named by their files (the
+// views and the counters show the names); a holes and a compact trace need none.
+TEST(VizTrace, TwoTracesOfOneStrategyAreToldApartByName) {
+  SimulationConfig c;
+  c.tokens = 200;
+  c.record_events = true;
+  const SimulationResult r = simulate(c);
+  const std::string dir = testing::TempDir();
+  const auto write = [&](const std::string& name, MemoryStrategy strategy) {
+    write_trace(dir + name, {c.block_size, r.blocks_full_cache, strategy, {}}, r.events);
+    return dir + name;
+  };
+  const std::string a = write("a.trace", MemoryStrategy::Compact), b = write("b.trace", MemoryStrategy::Compact),
+                    h = write("h.trace", MemoryStrategy::HolesOnly);
+  const auto same = load_trace_runs({a, b});
+  ASSERT_EQ(same.size(), 2u);
+  EXPECT_EQ(same[0]->name, "a.trace");
+  EXPECT_EQ(view_label(*same[1]), "b.trace");
+  const auto pair = load_trace_runs({h, b});
+  EXPECT_EQ(pair[0]->name, "");
+  EXPECT_EQ(view_label(*pair[0]), "holes");
+  EXPECT_EQ(view_label(*pair[1]), "compact");
+  EXPECT_EQ(load_trace_runs({a})[0]->name, "");
+  EXPECT_THROW(load_trace_runs({a, b, h}), Error);
+  EXPECT_THROW(load_trace_runs({}), Error);
+  for (const std::string& path : {a, b, h}) std::remove(path.c_str());
+}
+
 // serve-bench's trace lists every sequence's tokens too: each request's prompt is a
 // piece of the held-out text it was cut from, and a preempted request's new
 // sequence holds the same tokens as its first. With --config (random weights and

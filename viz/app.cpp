@@ -18,6 +18,17 @@ const char* strategy_title(MemoryStrategy s) {
   return "?";
 }
 
+uint32_t view_colour(const Session& s, int view) {
+  const MemoryStrategy strategy = s.view(view).run().header.strategy;
+  const bool shared = view > 0 && s.view(0).run().header.strategy == strategy;
+  return shared ? palette::kSecondRun : palette::strategy(strategy);
+}
+
+std::string view_title(const Run& run) {
+  const std::string title = strategy_title(run.header.strategy);
+  return run.name.empty() ? title : title + ", " + run.name;
+}
+
 App::App(ModelSource model_source) : model(std::move(model_source)) {}
 
 void App::load(const Scenario& s) {
@@ -31,18 +42,22 @@ void App::load(const Scenario& s) {
 }
 
 void App::load_traces(const std::vector<std::string>& paths) {
-  if (paths.empty() || paths.size() > 2) throw Error("--trace: give one trace, or two to compare side by side");
   Recorded r;
   r.recording.settings = edit;  // a trace carries no settings: the controls keep theirs, and say so
   r.recording.note = "a recorded trace: the settings below are not its own; Record runs them instead";
+  r.recording.runs = load_trace_runs(paths);
   std::string names;
-  for (const std::string& path : paths) {
-    r.recording.runs.push_back(load_trace_run(path));
-    names += (names.empty() ? "" : " | ") + path.substr(path.find_last_of('/') + 1);
-  }
+  for (const std::string& path : paths) names += (names.empty() ? "" : " | ") + path.substr(path.find_last_of('/') + 1);
   r.session = std::make_unique<Session>(r.recording.runs);
   scenario = names;
-  summary = trace_summary(*r.recording.runs[0]);
+  // One summary line; a line each, named, when the two traces were recorded differently.
+  const auto& runs = r.recording.runs;
+  summary = trace_summary(*runs[0]);
+  if (runs.size() == 2 && runs[0]->header.meta != runs[1]->header.meta)
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string line = paths[i].substr(paths[i].find_last_of('/') + 1) + ": " + trace_summary(*runs[i]);
+      summary = i == 0 ? line : summary + "\n" + line;
+    }
   adopt(std::move(r));
 }
 
@@ -95,7 +110,7 @@ std::vector<App::HeadlinePiece> App::headline_pieces() const {
   auto evicted = [&](int v) { return "evicted " + percent(session->view(v).counters().evicted_fraction()); };
   auto freed = [&](int v) {
     const Counters& c = session->view(v).counters();
-    const std::string label = " (" + session->view(v).run().label + ")";
+    const std::string label = " (" + view_label(session->view(v).run()) + ")";
     if (c.all_released()) return percent(c.mean_freed_fraction()) + " on average" + label;
     return percent(c.blocks_freed_fraction()) + label;
   };
@@ -158,7 +173,7 @@ void App::frame(float dt) {
   for (const HeadlinePiece& p : headline_pieces()) {  // a piece that does not fit starts a new line
     if (!first) same_line_if_fits(ImGui::CalcTextSize(p.text.c_str()).x);
     first = false;
-    if (p.view >= 0) ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(session->view(p.view).run().header.strategy));
+    if (p.view >= 0) ImGui::PushStyleColor(ImGuiCol_Text, view_colour(*session, p.view));
     ImGui::TextUnformatted(p.text.c_str());
     if (p.view >= 0) ImGui::PopStyleColor();
   }

@@ -133,5 +133,10 @@ void same_line_if_fits(float w);
 
 // A strategy as a title: "holes only", "hole reuse", "compaction".
 const char* strategy_title(MemoryStrategy s);
+// A view's title: its strategy's, and its name when it has one ("compaction, h2o.trace").
+std::string view_title(const Run& run);
+// A view's colour (its title, its chart lines): its strategy's; the right view's
+// own when both views share a strategy.
+uint32_t view_colour(const Session& s, int view);
 
 }  // namespace kvscope::viz

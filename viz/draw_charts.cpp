@@ -212,7 +212,7 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   const int evicted_lines = s.same_schedule() ? 1 : s.views();
   auto evicted_colour = [&](int v) {
     return evicted_lines == 1 ? palette::kEvictedLine
-                              : palette::mix(palette::kEvictedLine, palette::strategy(s.view(v).run().header.strategy), 0.5f);
+                              : palette::mix(palette::kEvictedLine, view_colour(s, v), 0.5f);
   };
   for (int v = 0; v < evicted_lines; ++v) {
     lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].evicted); }});
@@ -220,7 +220,7 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   }
   for (int v = 0; v < s.views(); ++v) {
     lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].freed); }});
-    polyline(dl, f, h, lines.back().y, palette::strategy(s.view(v).run().header.strategy), 2.0f, false);
+    polyline(dl, f, h, lines.back().y, view_colour(s, v), 2.0f, false);
   }
   // The key, with the values at the cursor.
   const Counters& c0 = s.view(0).counters();
@@ -228,13 +228,13 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   for (int v = 0; v < evicted_lines; ++v) {
     const Timeline& t = s.view(v);
     keys.push_back({evicted_lines == 1 ? std::string("tokens evicted")
-                                       : "tokens evicted, " + std::string(strategy_title(t.run().header.strategy)),
+                                       : "tokens evicted, " + view_title(t.run()),
                     percent(t.counters().evicted_fraction()), evicted_colour(v), false});
   }
   for (int v = 0; v < s.views(); ++v) {
     const Timeline& t = s.view(v);
-    keys.push_back({"blocks freed, " + std::string(strategy_title(t.run().header.strategy)),
-                    percent(t.counters().blocks_freed_fraction()), palette::strategy(t.run().header.strategy), false});
+    keys.push_back({"blocks freed, " + view_title(t.run()),
+                    percent(t.counters().blocks_freed_fraction()), view_colour(s, v), false});
   }
   if (law)
     keys.push_back({"law (evicted)^" + std::to_string(c0.block_size) + ": one-shot random, holes",
@@ -272,25 +272,25 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   moved.y_max = std::max(moved_top, 1.0);
   std::vector<Line> lines;
   for (int v = 0; v < s.views(); ++v) {
-    const uint32_t colour = palette::strategy(s.view(v).run().header.strategy);
+    const uint32_t colour = view_colour(s, v);
     if (s.view(v).moves() > 0) {
       lines.push_back({&moved, [v](const Sample& x) { return x.run[size_t(v)].moved; }});
       polyline(dl, moved, h, lines.back().y, palette::alpha(colour, 0.8f), 1.5f, true);
     }
   }
   for (int v = s.views() - 1; v >= 0; --v) {  // the first view on top: the others would hide it
-    const uint32_t colour = palette::strategy(s.view(v).run().header.strategy);
+    const uint32_t colour = view_colour(s, v);
     lines.push_back({&f, [v](const Sample& x) { return x.run[size_t(v)].memory; }});
     polyline(dl, f, h, lines.back().y, colour, 2.0f, false);
   }
   std::vector<Key> keys;
   for (int v = 0; v < s.views(); ++v) {
     const Timeline& t = s.view(v);
-    const uint32_t colour = palette::strategy(t.run().header.strategy);
-    keys.push_back({std::string("in use, ") + strategy_title(t.run().header.strategy),
+    const uint32_t colour = view_colour(s, v);
+    keys.push_back({"in use, " + view_title(t.run()),
                     bytes(double(t.counters().memory_in_use())), colour, false});
     if (t.moves() > 0)
-      keys.push_back({std::string("moved so far (right axis), ") + strategy_title(t.run().header.strategy),
+      keys.push_back({"moved so far (right axis), " + view_title(t.run()),
                       bytes(double(t.counters().bytes_moved())), colour, true});
   }
   keys = fitted(std::move(keys), f);

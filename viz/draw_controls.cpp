@@ -161,7 +161,7 @@ void counters(App& app) {
   if (!ImGui::BeginTable("counters", 1 + s.views(), ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_RowBg)) return;
   ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthStretch, 1.3f);
   for (int v = 0; v < s.views(); ++v)
-    ImGui::TableSetupColumn(s.view(v).run().label.c_str(), ImGuiTableColumnFlags_WidthStretch, 1.0f);
+    ImGui::TableSetupColumn(view_label(s.view(v).run()).c_str(), ImGuiTableColumnFlags_WidthStretch, 1.0f);
   ImGui::TableHeadersRow();
   using C = const Counters&;
   row(s, "tokens written", "SlotWritten events: positions used, all sequences", [](C c) { return commas(c.written); });
@@ -202,8 +202,8 @@ void counters(App& app) {
   if (cost(a) == cost(b) && model(a) == model(b))
     ImGui::TextWrapped("%s per token (K and V, all layers)%s", cost(a).c_str(), model(a).c_str());
   else
-    ImGui::TextWrapped("per token (K and V, all layers): %s %s, %s %s", a.label.c_str(), cost(a).c_str(),
-                       b.label.c_str(), cost(b).c_str());
+    ImGui::TextWrapped("per token (K and V, all layers): %s %s, %s %s", view_label(a).c_str(), cost(a).c_str(),
+                       view_label(b).c_str(), cost(b).c_str());
   ImGui::PopStyleColor();
 }
 
@@ -220,7 +220,7 @@ void hover_details(App& app) {
   if (!text.empty()) ImGui::Text("\"%s\"", text.c_str());
   for (int v = 0; v < s.views(); ++v) {
     const SlotRef r = s.view(v).locate(h.seq, h.pos);
-    if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", s.view(v).run().label.c_str(), r.block, r.slot);
+    if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", view_label(s.view(v).run()).c_str(), r.block, r.slot);
   }
 }
 

@@ -99,9 +99,8 @@ std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t wa
 void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + width);
   const Counters& c = t.counters();
-  const MemoryStrategy strategy = t.run().header.strategy;
-  ImGui::PushStyleColor(ImGuiCol_Text, palette::strategy(strategy));
-  ImGui::Text("%s", strategy_title(strategy));
+  ImGui::PushStyleColor(ImGuiCol_Text, view_colour(s, view));
+  ImGui::Text("%s", view_title(t.run()).c_str());
   ImGui::PopStyleColor();
   ImGui::SameLine();
   ImGui::Text(" %s of %s blocks in use  |  %s freed  |  %s", commas(c.blocks_in_use).c_str(),

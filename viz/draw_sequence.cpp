@@ -52,7 +52,7 @@ void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& sco
     if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g", *sc);
     for (int v = 0; v < s.views(); ++v) {
       const SlotRef r = s.view(v).locate(seq, pos);
-      if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", strategy_title(s.view(v).run().header.strategy), r.block, r.slot);
+      if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", view_title(s.view(v).run()).c_str(), r.block, r.slot);
     }
   }
   ImGui::EndTooltip();

@@ -57,6 +57,8 @@ inline uint32_t strategy(MemoryStrategy s) {
   }
   return kText;
 }
+// The right view's colour when both views share a strategy (two traces, say).
+constexpr uint32_t kSecondRun = rgb(120, 180, 255);
 constexpr uint32_t kEvictedLine = rgb(200, 205, 215);
 constexpr uint32_t kExpectedLine = rgb(240, 110, 90, 170);
 

@@ -73,7 +73,7 @@ void read_token_text(Run& run, const std::string& path) {
 
 }  // namespace
 
-std::shared_ptr<const Run> load_trace_run(const std::string& path) {
+std::shared_ptr<Run> load_trace_run(const std::string& path) {
   Trace trace = read_trace(path);
   auto run = std::make_shared<Run>();
   run->traced = true;
@@ -99,6 +99,17 @@ std::shared_ptr<const Run> load_trace_run(const std::string& path) {
   read_token_text(*run, path);
   return run;
 }
+
+std::vector<std::shared_ptr<const Run>> load_trace_runs(const std::vector<std::string>& paths) {
+  if (paths.empty() || paths.size() > 2) throw Error("--trace: give one trace, or two to compare side by side");
+  std::vector<std::shared_ptr<Run>> runs;
+  for (const std::string& path : paths) runs.push_back(load_trace_run(path));
+  if (runs.size() == 2 && runs[0]->header.strategy == runs[1]->header.strategy)
+    for (size_t i = 0; i < runs.size(); ++i) runs[i]->name = paths[i].substr(paths[i].find_last_of('/') + 1);
+  return {runs.begin(), runs.end()};
+}
+
+const std::string& view_label(const Run& run) { return run.name.empty() ? run.label : run.name; }
 
 std::string trace_summary(const Run& run) {
   std::string out = "kvscope " + (run.source.empty() ? std::string("(unknown source)") : run.source) + " --trace:";

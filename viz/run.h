@@ -29,6 +29,7 @@ struct RoundScores {
 
 struct Run {
   std::string label;            // what the view is titled: the memory strategy ("holes", "compact", ...)
+  std::string name;             // what tells it from the other view when both share a strategy: a trace's file name
   TraceHeader header;           // block size, pool size, strategy; meta: source, policy, workload, ...
   EventLog events;              // everything the cache did, in order
   int64_t bytes_per_token = 0;  // K and V of one token, all layers (what a slot costs)
@@ -64,7 +65,14 @@ struct Run {
 // them (generate and serve-bench do), become text with the tokenizer of the model
 // it names; otherwise the app shows positions. bytes_per_token comes from the
 // header's meta (0 when it has none). Throws kvscope::Error naming the file.
-std::shared_ptr<const Run> load_trace_run(const std::string& path);
+std::shared_ptr<Run> load_trace_run(const std::string& path);
+// kvscope-viz --trace A[,B]: one trace, or two to compare. Two traces of one
+// strategy (two policies, say, both compacted) are told apart by their file names
+// (Run::name), which the views show beside the strategy. Throws kvscope::Error.
+std::vector<std::shared_ptr<const Run>> load_trace_runs(const std::vector<std::string>& paths);
+// A view's short name, for the counters' columns and the headline: the strategy
+// ("compact"), or the run's name when it has one ("h2o.trace").
+const std::string& view_label(const Run& run);
 // A token's bytes as text to show: UTF-8 kept, control and invalid bytes escaped ("\n", "\xFF").
 std::string printable(const std::string& bytes);
 // One line on what a trace-loaded run is: "kvscope simulate --trace: policy=random, tokens=16000, ..."

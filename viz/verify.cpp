@@ -52,7 +52,7 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
     const PoolGeometry& g = pools[v];
     const Timeline& t = session->view(v);
     const Occupancy& occ = t.occupancy();
-    const std::string name = strategy_title(t.run().header.strategy);
+    const std::string name = view_title(t.run());
     if (!g.drawn || g.slot_w < 2 || g.slot_h < 2) {
       ok = false;
       report += "verify: " + name + ": the slots are too small to read back at this size (use a larger --size)\n";
