@@ -288,7 +288,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
       ->capture_default_str()
       ->check(number_check(0, false, 1e9, "0..1e9"));  // a petabyte at most: its bytes fit a size_t
-  cmd->add_option("--trace", args->trace, "Record every cache event of the run to this file; kvscope-viz --trace FILE shows it");
+  cmd->add_option("--trace", args->trace, "Record every cache event of the run, and its tokens, to this file; kvscope-viz --trace FILE shows it");
   cmd->callback([args, eviction_flags] {
     for (const CLI::Option* o : eviction_flags)
       if (args->budget == 0 && o->count() > 0)

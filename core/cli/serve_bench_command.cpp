@@ -345,7 +345,7 @@ void add_serve_bench_command(CLI::App& app) {
   CLI::Option* calibration = cmd->add_option(
       "--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file");
-  cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id); kvscope-viz --trace FILE shows it");
+  cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id) and its tokens; kvscope-viz --trace FILE shows it");
   cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")
       ->capture_default_str()
       ->check(kNonNegative);
