@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -541,6 +542,23 @@ TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
       "under --strategy holes a block goes back only when every token in it is evicted: use --strategy compact, or "
       "raise --kv-memory\n";
   EXPECT_EQ(r.err, want);
+
+  // With --trace, the run up to the refused step is written, and it replays: it
+  // shows what filled the pool.
+  const std::string path = testing::TempDir() + "exhausted.trace";
+  const ProgramRun traced = run_kvscope(kTiny + "--prompt 'Once upon' -n 300 --kv-memory 0.1 --budget 32 --slack 16 "
+                                                "--recent 8 --policy random --strategy holes --trace " + path);
+  EXPECT_EQ(traced.code, 1);
+  EXPECT_EQ(traced.err, want.substr(0, want.size() - 1) + " (the run up to that step: " + path + ")\n");
+  const Trace t = read_trace(path);
+  const Occupancy end = replay(t.header, t.events);
+  EXPECT_EQ(end.blocks_in_use(), 6);  // every block held when the step was refused
+  int64_t last = -1;  // the last position written
+  for (const Event& e : t.events)
+    if (e.kind == EventKind::SlotWritten) last = std::max(last, e.pos);
+  // Its tokens: every one written, and the one the refused step would have fed.
+  EXPECT_EQ(int64_t(trace_token_ids(t.header, path).at(0).size()), last + 2);
+  std::remove(path.c_str());
 }
 
 TEST(BadInput, APoolThatMustRunOutIsRefusedBeforeTheRun) {

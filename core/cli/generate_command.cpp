@@ -192,8 +192,18 @@ void run_generate(const GenerateArgs& a) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
   };
-  GenerateStats stats;
   std::vector<int> ids = prompt;  // [position]  every token of the run, for the trace
+  const auto write_the_trace = [&] {
+    TraceHeader header{a.block_size, options.engine.num_blocks, options.engine.strategy,
+                       {{"source", "generate"}, {"model", absolute_path(a.model_dir)},
+                        {"policy", a.budget > 0 ? a.policy : "none"}, {"budget", std::to_string(a.budget)},
+                        {"slack", std::to_string(a.slack)},
+                        {"bytes_per_token",
+                         std::to_string(KvStorage::bytes_per_block(model.config, a.block_size) / size_t(a.block_size))},
+                        {"tokens.0", token_ids_value(ids)}}};  // the viewer shows them as text
+    write_trace(a.trace, header, events);
+  };
+  GenerateStats stats;
   try {
     stats = generate(model, prompt, options, [&](int token) {
       ids.push_back(token);
@@ -203,7 +213,16 @@ void run_generate(const GenerateArgs& a) {
     });
   } catch (const PoolExhausted& e) {
     end_the_text();
-    if (a.kv_memory_mb > 0) throw Error(std::string(e.what()) + ". " + pool_advice(a, options.engine.num_blocks, prompt.size()));
+    // The run up to the refused step is a whole trace (the step wrote nothing): it shows
+    // what filled the pool.
+    std::string traced;
+    if (!a.trace.empty()) {
+      write_the_trace();
+      traced = " (the run up to that step: " + a.trace + ")";
+    }
+    if (a.kv_memory_mb > 0)
+      throw Error(std::string(e.what()) + ". " + pool_advice(a, options.engine.num_blocks, prompt.size()) + traced);
+    if (!traced.empty()) throw Error(std::string(e.what()) + traced);
     throw;
   } catch (const Error&) {
     end_the_text();
@@ -218,13 +237,7 @@ void run_generate(const GenerateArgs& a) {
   print_cache_stats(stats.cache, a);
 
   if (!a.trace.empty()) {
-    TraceHeader header{a.block_size, options.engine.num_blocks, options.engine.strategy,
-                       {{"source", "generate"}, {"model", absolute_path(a.model_dir)}, {"policy", a.budget > 0 ? a.policy : "none"},
-                        {"budget", std::to_string(a.budget)}, {"slack", std::to_string(a.slack)},
-                        {"bytes_per_token",
-                         std::to_string(KvStorage::bytes_per_block(model.config, a.block_size) / size_t(a.block_size))},
-                        {"tokens.0", token_ids_value(ids)}}};  // the viewer shows them as text
-    write_trace(a.trace, header, events);
+    write_the_trace();
     std::fprintf(stderr, "trace: %zu events written to %s\n", events.size(), a.trace.c_str());
   }
 }
