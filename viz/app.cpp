@@ -47,7 +47,7 @@ void App::load_traces(const std::vector<std::string>& paths) {
   r.recording.note = "a recorded trace: the settings below are not its own; Record runs them instead";
   r.recording.runs = load_trace_runs(paths);
   std::string names;
-  for (const std::string& path : paths) names += (names.empty() ? "" : " | ") + path.substr(path.find_last_of('/') + 1);
+  for (const std::string& path : paths) names += (names.empty() ? "" : " | ") + file_name(path);
   r.session = std::make_unique<Session>(r.recording.runs);
   scenario = names;
   // One summary line; a line each, named, when the two traces were recorded differently.
@@ -55,7 +55,7 @@ void App::load_traces(const std::vector<std::string>& paths) {
   summary = trace_summary(*runs[0]);
   if (runs.size() == 2 && runs[0]->header.meta != runs[1]->header.meta)
     for (size_t i = 0; i < 2; ++i) {
-      const std::string line = paths[i].substr(paths[i].find_last_of('/') + 1) + ": " + trace_summary(*runs[i]);
+      const std::string line = file_name(paths[i]) + ": " + trace_summary(*runs[i]);
       summary = i == 0 ? line : summary + "\n" + line;
     }
   adopt(std::move(r));

@@ -105,7 +105,7 @@ std::vector<std::shared_ptr<const Run>> load_trace_runs(const std::vector<std::s
   std::vector<std::shared_ptr<Run>> runs;
   for (const std::string& path : paths) runs.push_back(load_trace_run(path));
   if (runs.size() == 2 && runs[0]->header.strategy == runs[1]->header.strategy)
-    for (size_t i = 0; i < runs.size(); ++i) runs[i]->name = paths[i].substr(paths[i].find_last_of('/') + 1);
+    for (size_t i = 0; i < runs.size(); ++i) runs[i]->name = file_name(paths[i]);
   return {runs.begin(), runs.end()};
 }
 

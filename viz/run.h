@@ -70,6 +70,8 @@ std::shared_ptr<Run> load_trace_run(const std::string& path);
 // strategy (two policies, say, both compacted) are told apart by their file names
 // (Run::name), which the views show beside the strategy. Throws kvscope::Error.
 std::vector<std::shared_ptr<const Run>> load_trace_runs(const std::vector<std::string>& paths);
+// A path's last part, what the app calls a trace: "/tmp/h2o.trace" -> "h2o.trace".
+inline std::string file_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
 // A view's short name, for the counters' columns and the headline: the strategy
 // ("compact"), or the run's name when it has one ("h2o.trace").
 const std::string& view_label(const Run& run);
