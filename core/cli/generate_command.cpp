@@ -281,17 +281,15 @@ void add_generate_command(CLI::App& app) {
                             ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
   CLI::Option* calibration = cmd->add_option("--calibration", args->calibration,
                                              "TriAttention calibration file (default: MODEL/triattention-calibration.json)");
-  CLI::Option* budget =
-      cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")
-                               ->capture_default_str()
-                               ->check(kNonNegative);
-  CLI::Option* slack =
-      cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")
-                              ->capture_default_str()
-                              ->check(kPositive);
-  CLI::Option* sinks = cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")
+  CLI::Option* budget = cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")
                              ->capture_default_str()
                              ->check(kNonNegative);
+  CLI::Option* slack = cmd->add_option("--slack", args->slack, "A round starts when the live tokens reach budget + slack")
+                            ->capture_default_str()
+                            ->check(kPositive);
+  CLI::Option* sinks = cmd->add_option("--sinks", args->sinks, "First tokens never evicted (attention sinks)")
+                           ->capture_default_str()
+                           ->check(kNonNegative);
   CLI::Option* recent =
       cmd->add_option("--recent", args->recent, "Newest tokens never evicted")->capture_default_str()->check(kNonNegative);
   // The eviction settings need a budget: without one (or with --budget 0) nothing is

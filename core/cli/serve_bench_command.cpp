@@ -327,10 +327,9 @@ void add_serve_bench_command(CLI::App& app) {
   CLI::Option* policy = cmd->add_option("--policy", a.policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
                             ->capture_default_str()
                             ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
-  CLI::Option* budget =
-      cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")
-          ->capture_default_str()
-          ->check(kNonNegative);
+  CLI::Option* budget = cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")
+                             ->capture_default_str()
+                             ->check(kNonNegative);
   CLI::Option* slack = cmd->add_option("--slack", a.slack, "A round starts when a sequence's live tokens reach budget + slack")
                            ->capture_default_str()
                            ->check(kPositive);
