@@ -17,6 +17,7 @@
 #include "cache/kv_storage.h"
 #include "cache/trace.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "run_kvscope.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -323,6 +324,33 @@ TEST(BadInput, ADirectoryGivenForAFileIsNamed) {
     EXPECT_EQ(std::string(e.what()), expected);
   }
   std::filesystem::remove(dir);
+}
+
+TEST(BadInput, AModelFolderThatIsNotOneIsNamed) {
+  // Once "/nowhere/config.json: cannot open: No such file or directory": the file the
+  // program looked for, not the folder the user gave.
+  const std::string empty = test::binary_path("not_a_model_" + std::to_string(::getpid()));
+  std::filesystem::create_directory(empty);
+  const std::string file = empty + "/notes.txt";
+  std::fclose(std::fopen(file.c_str(), "w"));
+  const std::string text = " --text " + test::source_path("assets/model/heldout.txt");
+  for (const auto& [dir, expected] : {std::pair<std::string, std::string>{"/nowhere", "/nowhere: no such folder"},
+                                      {file, file + ": is a file, not a model folder"},
+                                      {empty, empty + ": no config.json (not a model folder)"}}) {
+    const std::string model = " --model '" + dir + "'";
+    expect_one_line_error("generate" + model + " --prompt hi", expected);
+    expect_one_line_error("eval" + model + " --context 64 --keep 0.7" + text, expected);
+    expect_one_line_error("heads" + model + text, expected);
+    expect_one_line_error("serve-bench" + model + " --requests 2" + text, expected);
+    expect_one_line_error("calibrate" + model + text + " --out " + test::binary_path("never.json"), expected);
+    try {
+      load_model(dir);  // what kvscope-viz --model and the tutorials load
+      ADD_FAILURE() << "load_model read " << dir;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), expected);
+    }
+  }
+  std::filesystem::remove_all(empty);
 }
 
 TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {

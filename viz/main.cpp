@@ -26,6 +26,7 @@
 #include "cli/parse_error.h"
 #include "imgui_impl_glfw.h"
 #include "imgui_impl_opengl3.h"
+#include "model/config.h"
 #include "palette.h"
 #include "screenshot.h"
 #include "util/error.h"
@@ -152,7 +153,11 @@ ModelSource model_source(const Args& a) {
   ModelSource m;
   m.dir = a.model.empty() ? bundled_model_dir() : a.model;
   m.calibration = a.calibration;
-  if (!m.dir.empty() && !file_exists(m.dir + "/config.json")) fail(m.dir + ": no config.json there (not a model folder)");
+  try {
+    if (!m.dir.empty()) check_model_folder(m.dir);
+  } catch (const Error& e) {
+    fail(e.what());
+  }
   return m;
 }
 

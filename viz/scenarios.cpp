@@ -7,6 +7,7 @@
 #include "cache/kv_storage.h"
 #include "engine/generate.h"
 #include "evict/policy.h"
+#include "model/config.h"
 #include "model/weights.h"
 #include "serve/serve_bench.h"
 #include "sim/synthetic.h"
@@ -400,7 +401,7 @@ Recording record(const RunSettings& settings, const ModelSource& model) {
   if (settings.sequences < 1 || settings.sequences > 4) throw Error("sequences must be between 1 and 4");
   if (settings.source == Source::Model) {
     if (!model.dir.empty()) {
-      if (!file_exists(model.dir + "/config.json")) throw Error(model.dir + ": no config.json (not a model folder)");
+      check_model_folder(model.dir);
       return record_model(settings, model);
     }
     // No model: the synthetic stand-in with the same schedule shape.

@@ -51,9 +51,9 @@ void check_distinct(const std::vector<T>& values, const std::string& flag) {
 
 // The bundled model (assets/model): the default --model of every command that runs one.
 std::string bundled_model_dir();
-// Before a command loads `model_dir`: the bundled model, when its files are missing, is
-// an error that says so (a folder the user gave gets the loader's own message).
-void check_bundled_model_present(const std::string& model_dir);
+// Before a command reads `model_dir`: the bundled model, when its files are missing, is
+// an error that says so; a folder the user gave gets check_model_folder's message.
+void check_model_present(const std::string& model_dir);
 // The held-out text of eval, heads and serve-bench: --text as given; else the model
 // folder's heldout.txt when it has one; else the bundled model's.
 std::string held_out_text(const std::string& text, const std::string& model_dir);

@@ -65,7 +65,7 @@ void run_eval(EvalArgs a) {
   const std::vector<std::string>& policies = a.settings.policies;
   if (!a.calibration.empty() && std::find(policies.begin(), policies.end(), "triattention") == policies.end())
     throw Error("--calibration is for the triattention policy, and --policies leaves it out");
-  check_bundled_model_present(a.model_dir);
+  check_model_present(a.model_dir);
   a.text = held_out_text(a.text, a.model_dir);
   EvalSettings& s = a.settings;
   // The calibration as given, else the model folder's when it has one (as generate and serve-bench take it).

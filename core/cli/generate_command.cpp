@@ -136,7 +136,7 @@ void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
   check_args(a);
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
-  check_bundled_model_present(a.model_dir);
+  check_model_present(a.model_dir);
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   print_warnings(model.warnings);
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");

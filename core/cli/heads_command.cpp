@@ -46,7 +46,7 @@ const char* role(const HeadStats& h) {
 void run_heads(const HeadsArgs& a) {
   set_threads(a.threads);
   check_head_settings(a.settings, a.length);  // before the model loads
-  check_bundled_model_present(a.model_dir);
+  check_model_present(a.model_dir);
   const std::string text = held_out_text(a.text, a.model_dir);
   const int positions = load_config_file(a.model_dir + "/config.json").max_position_embeddings;
   if (a.length > positions)  // said before the model runs, not from inside its first window

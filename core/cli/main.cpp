@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/option_values.h"
 #include "cli/parse_error.h"
+#include "model/config.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/format.h"
@@ -36,9 +37,10 @@ const CLI::Validator kBlockSize = number_check(1, false, kMaxBlockSize, "1.." + 
 
 std::string bundled_model_dir() { return std::string(KVSCOPE_ASSETS_DIR) + "/model"; }
 
-void check_bundled_model_present(const std::string& model_dir) {
+void check_model_present(const std::string& model_dir) {
   if (model_dir == bundled_model_dir() && !file_exists(model_dir + "/config.json"))
     throw Error("the bundled model is missing (" + model_dir + "/config.json); give --model DIR");
+  check_model_folder(model_dir);
 }
 
 std::string held_out_text(const std::string& text, const std::string& model_dir) {

@@ -175,7 +175,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
     if (!out.empty()) check_writable(out);  // before the runs, not after them
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   const bool random = !a.config.empty();
-  if (!random) check_bundled_model_present(a.model_dir);
+  if (!random) check_model_present(a.model_dir);
   check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
   check_requests_fit_in_memory(a);
   const Model model = [&] {

@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
@@ -103,7 +105,18 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
 
 ModelConfig load_config_file(const std::string& path) { return parse_config(read_file(path), path); }
 
+void check_model_folder(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(model_dir, ec);
+  if (!fs::exists(st)) throw Error(model_dir + ": no such folder");
+  if (!fs::is_directory(st)) throw Error(model_dir + ": is a file, not a model folder");
+  if (!fs::exists(model_dir + "/config.json", ec))  // one that is there but unreadable gets read_file's message
+    throw Error(model_dir + ": no config.json (not a model folder)");
+}
+
 ModelConfig load_config(const std::string& model_dir) {
+  check_model_folder(model_dir);
   ModelConfig c = load_config_file(model_dir + "/config.json");
   std::string gen = model_dir + "/generation_config.json";
   if (file_exists(gen)) {

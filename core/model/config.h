@@ -36,7 +36,13 @@ struct ModelConfig {
 // (attention bias, rope scaling, sliding windows) with a one-line kvscope::Error.
 ModelConfig parse_config(const std::string& json_text, const std::string& source);
 
-// Reads DIR/config.json, then adds the EOS ids of DIR/generation_config.json if present.
+// kvscope::Error unless DIR is a folder holding config.json, worded for the person who
+// named it: "DIR: no such folder", "DIR: is a file, not a model folder",
+// "DIR: no config.json (not a model folder)".
+void check_model_folder(const std::string& model_dir);
+
+// Reads DIR/config.json (after check_model_folder), then adds the EOS ids of
+// DIR/generation_config.json if present.
 ModelConfig load_config(const std::string& model_dir);
 
 // Reads a single config.json file (e.g. shared/reference/qwen3-32b-config.json).
