@@ -175,7 +175,8 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("heads --sinks 2147483647 --recent 2147483647",
                         "heads: sinks + recent (2147483647 + 2147483647) must be fewer than the window's tokens");
   expect_one_line_error("eval --context 2147483647",
-                        "eval: context + continuation (2147483679) is longer than the model's max_position_embeddings");
+                        "eval: --context 2147483647 + --continuation 32 need 2147483679 positions, more than the "
+                        "model's max_position_embeddings (2048): lower --context");
   // Its bytes did not fit a size_t: "a KV memory budget of 0 bytes".
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory: must be 1000000000 or less, not 1e300");
   // prompt + new overflowed an int, and a pool of 134 million blocks was allocated.

@@ -386,7 +386,7 @@ TEST(ServeBench, BadInputIsAClearError) {
   // (It was a pool refusal, "give --blocks 3141", and with those blocks this message.)
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 50000").output,
             "kvscope: error: --prompt-len 50000 + --output-len 256 exceed the model's max_position_embeddings "
-            "(2048)\n");
+            "(2048): lower either\n");
   // A chunk near INT_MAX (a whole prompt at once): budget + slack - 1 + chunk overflowed an int
   // in the pool check, which then passed any --blocks. The whole context is what one request needs.
   EXPECT_EQ(test::run_kvscope("serve-bench --blocks 16 --chunk 2147483647 --strategies holes").output,

@@ -87,7 +87,8 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
   const int64_t context = int64_t(a.prompt_len) + a.output_len - 1;  // the last new token is never fed
   if (context > max_position_embeddings)
     throw Error("--prompt-len " + std::to_string(a.prompt_len) + " + --output-len " + std::to_string(a.output_len) +
-                " exceed the model's max_position_embeddings (" + std::to_string(max_position_embeddings) + ")");
+                " exceed the model's max_position_embeddings (" + std::to_string(max_position_embeddings) +
+                "): lower either");
   EngineConfig evicting;
   evicting.schedule = {a.budget, a.slack, a.sinks, a.recent};
   for (const std::string& strategy : a.strategies) {

@@ -138,8 +138,9 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
                 std::to_string(s.block_size));
   const int64_t positions = int64_t(s.context) + s.continuation;  // in 64 bits: either may be near INT_MAX
   if (positions > max_position_embeddings)
-    throw Error("eval: context + continuation (" + std::to_string(positions) +
-                ") is longer than the model's max_position_embeddings (" + std::to_string(max_position_embeddings) + ")");
+    throw Error("eval: --context " + std::to_string(s.context) + " + --continuation " + std::to_string(s.continuation) +
+                " need " + std::to_string(positions) + " positions, more than the model's max_position_embeddings (" +
+                std::to_string(max_position_embeddings) + "): lower --context");
   if (s.scored_from > s.context) throw Error("eval: scored_from is past the end of the context");
   for (double k : s.keep) {
     if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be above 0 and below 1 (got " + number_text(k) + ")");
