@@ -445,6 +445,35 @@ std::string cell(const std::string& table, const std::string& strategy, int colu
   return "";
 }
 
+TEST(ServeBench, APoolOfHolesThatRunsOutKeepsItsTrace) {
+  // The scheduler's lone-request refusal (above) from the command line, with --trace:
+  // the run up to the refused step is written, as generate writes its own, and it
+  // replays to the pool of holes that stopped it. Once the trace was lost with the run.
+  const std::string path = testing::TempDir() + "serve_exhausted.trace";
+  const test::ProgramRun r = test::run_shell(
+      test::binary_path("kvscope") + " serve-bench --model '" + test::tiny_model("tiny-tied") + "' --strategies holes --requests 1 --prompt-len 8 "
+      "--output-len 300 --blocks 8 --block-size 4 --budget 16 --slack 6 --sinks 2 --recent 5 --policy random "
+      "--chunk 4 --repeat 1 --trace " + path + " 2>&1 >/dev/null");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.output,
+            "kvscope: error: request 0 alone needs 1 more block for its next token, and the pool of 8 blocks has 0 "
+            "free with nothing left to preempt (memory strategy holes: a block returns only when every slot in it is "
+            "evicted; compact gives the emptied slots back) (the run up to that step: " + path + ")\n");
+  const Trace t = read_trace(path);
+  EXPECT_EQ(t.header.strategy, MemoryStrategy::HolesOnly);
+  const Occupancy end = replay(t.header, t.events);
+  EXPECT_EQ(end.blocks_in_use(), 8);  // every block held...
+  int live = 0;
+  for (int b = 0; b < 8; ++b) live += end.live_in_block(b);
+  EXPECT_LT(live, 8 * 4);  // ...and some of their slots emptied: holes
+  int64_t last = -1;       // the last position written
+  for (const Event& e : t.events)
+    if (e.kind == EventKind::SlotWritten) last = std::max(last, e.pos);
+  // Its tokens: every one written, and the one the refused step would have fed.
+  EXPECT_EQ(int64_t(trace_token_ids(t.header, path).at(0).size()), last + 2);
+  std::remove(path.c_str());
+}
+
 TEST(ServeBench, CompactionAdmitsMoreSequencesThanHolesOnlyOnTheBundledModel) {
   const test::ProgramRun r = test::run_kvscope(
       "serve-bench --requests 8 --prompt-len 96 --output-len 48 --blocks 24 --budget 32 --slack 16 --recent 8 "

@@ -238,16 +238,35 @@ void run_serve_bench(const ServeBenchArgs& a) {
               a.device == "cuda" ? ("; the model runs on " + gpu_name()).c_str() : "");
   std::fflush(stdout);
 
+  EventLog events;  // of the last strategy's first run, when --trace is given
+  const auto write_the_trace = [&](const std::vector<Request>& requests) {
+    const std::string& last = a.strategies.back();
+    TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
+                       {{"source", "serve-bench"}, {random ? "config" : "model", absolute_path(random ? a.config : a.model_dir)},
+                        {"policy", last == "none" ? "none" : a.policy},
+                        {"budget", std::to_string(last == "none" ? 0 : a.budget)},
+                        {"requests", std::to_string(a.requests)},
+                        {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
+    // The tokens of every sequence, when they are the model's text (the viewer shows
+    // them as words); a request preempted and recomputed holds the same tokens again.
+    if (!text_ids.empty())
+      for (const Request& q : requests) {
+        std::vector<int> ids(size_t(q.context()));
+        for (int i = 0; i < q.context(); ++i) ids[size_t(i)] = q.token(i);
+        for (int seq : q.seqs) header.meta["tokens." + std::to_string(seq)] = token_ids_value(ids);
+      }
+    write_trace(a.trace, header, events);
+  };
+
   const bool bar = isatty(STDERR_FILENO);  // a progress bar for people, not for logs
   std::vector<ServeRun> runs;                                   // [strategy]: the first run's
   std::vector<std::vector<double>> seconds(a.strategies.size());  // [strategy][repeat]
-  EventLog events;
   for (int r = 0; r < a.repeat; ++r)
     for (size_t i = 0; i < a.strategies.size(); ++i) {
       const std::string& strategy = a.strategies[i];
       const bool record = !a.trace.empty() && i + 1 == a.strategies.size() && r == 0;
       const auto t0 = std::chrono::steady_clock::now();
-      ServeRun run = serve_requests(model, strategy, evicting, serve, prompts, a.output_len, [&](int done, int total) {
+      const auto progress = [&](int done, int total) {
         if (!bar) return;
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const int width = 30, filled = width * done / total;
@@ -255,7 +274,20 @@ void run_serve_bench(const ServeBenchArgs& a) {
                      a.repeat, std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
                      done, total, dt);
         std::fflush(stderr);
-      }, record ? &events : nullptr);
+      };
+      ServeRun run;
+      std::vector<Request> stopped;  // the requests as they stood, when a step is refused
+      try {
+        run = serve_requests(model, strategy, evicting, serve, prompts, a.output_len, progress,
+                             record ? &events : nullptr, record ? &stopped : nullptr);
+      } catch (const PoolExhausted& e) {
+        if (bar) std::fputc('\n', stderr);
+        if (!record) throw;
+        // The run up to the refused step is a whole trace (the step ran nothing): it
+        // shows what filled the pool.
+        write_the_trace(stopped);
+        throw PoolExhausted(std::string(e.what()) + " (the run up to that step: " + a.trace + ")");
+      }
       if (bar) std::fputc('\n', stderr);
       seconds[i].push_back(run.seconds);
       if (r == 0) runs.push_back(std::move(run));
@@ -277,23 +309,9 @@ void run_serve_bench(const ServeBenchArgs& a) {
     std::printf("wrote %s\n", a.json.c_str());
   }
   if (!a.trace.empty()) {
-    const std::string& last = a.strategies.back();
-    TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
-                       {{"source", "serve-bench"}, {random ? "config" : "model", absolute_path(random ? a.config : a.model_dir)},
-                        {"policy", last == "none" ? "none" : a.policy},
-                        {"budget", std::to_string(last == "none" ? 0 : a.budget)},
-                        {"requests", std::to_string(a.requests)},
-                        {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
-    // The tokens of every sequence, when they are the model's text (the viewer shows
-    // them as words); a request preempted and recomputed holds the same tokens again.
-    if (!text_ids.empty())
-      for (const Request& q : runs.back().requests) {
-        std::vector<int> ids(size_t(q.context()));
-        for (int i = 0; i < q.context(); ++i) ids[size_t(i)] = q.token(i);
-        for (int seq : q.seqs) header.meta["tokens." + std::to_string(seq)] = token_ids_value(ids);
-      }
-    write_trace(a.trace, header, events);
-    std::printf("trace: %zu events of the %s run written to %s\n", events.size(), last.c_str(), a.trace.c_str());
+    write_the_trace(runs.back().requests);
+    std::printf("trace: %zu events of the %s run written to %s\n", events.size(), a.strategies.back().c_str(),
+                a.trace.c_str());
   }
 }
 

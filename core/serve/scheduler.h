@@ -84,8 +84,9 @@ class Scheduler {
   int submit(const std::vector<int>& prompt, int max_new_tokens);
 
   // One batched step (admit, preempt, run, sample). Returns false when every
-  // request has finished. kvscope::Error when a lone running request needs more
-  // blocks than the whole pool (the strategy keeps too much of it).
+  // request has finished. kvscope::PoolExhausted when a lone running request needs
+  // more blocks than the pool has free (the strategy keeps too much of it); the
+  // step runs nothing then.
   bool step();
   void run() { while (step()) {} }
 

@@ -35,7 +35,8 @@ EngineConfig engine_for_strategy(const std::string& strategy, const EngineConfig
 
 ServeRun serve_requests(const Model& model, const std::string& strategy, const EngineConfig& evicting,
                         const ServeConfig& serve, const std::vector<std::vector<int>>& prompts, int new_tokens,
-                        const std::function<void(int, int)>& progress, EventLog* events) {
+                        const std::function<void(int, int)>& progress, EventLog* events,
+                        std::vector<Request>* stopped) {
   Engine engine(model, engine_for_strategy(strategy, evicting), events);
   Scheduler scheduler(engine, serve);
   for (const std::vector<int>& p : prompts) scheduler.submit(p, new_tokens);
@@ -48,12 +49,22 @@ ServeRun serve_requests(const Model& model, const std::string& strategy, const E
     for (int i = 0; i < scheduler.num_requests(); ++i) n += scheduler.request(i).finished;
     return n;
   };
-  while (scheduler.step())
-    if (progress) progress(finished(), scheduler.num_requests());
+  const auto requests = [&] {
+    std::vector<Request> all;
+    for (int i = 0; i < scheduler.num_requests(); ++i) all.push_back(scheduler.request(i));
+    return all;
+  };
+  try {
+    while (scheduler.step())
+      if (progress) progress(finished(), scheduler.num_requests());
+  } catch (const PoolExhausted&) {
+    if (stopped) *stopped = requests();
+    throw;
+  }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   run.stats = scheduler.stats();
   run.finished = finished();
-  for (int i = 0; i < scheduler.num_requests(); ++i) run.requests.push_back(scheduler.request(i));
+  run.requests = requests();
   if (progress) progress(run.finished, scheduler.num_requests());
   return run;
 }

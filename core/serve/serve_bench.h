@@ -38,9 +38,13 @@ EngineConfig engine_for_strategy(const std::string& strategy, const EngineConfig
 // Runs every prompt for `new_tokens` greedy tokens through a fresh engine and
 // scheduler. `progress(finished, total)` is called after every step when set;
 // `events` (when set) receives every cache event, each with its sequence id.
+// kvscope::PoolExhausted when a step is refused (Scheduler::step); `stopped` (when
+// set) then receives the requests as they stood, the tokens of a trace of the run
+// up to that step.
 ServeRun serve_requests(const Model& model, const std::string& strategy, const EngineConfig& evicting,
                         const ServeConfig& serve, const std::vector<std::vector<int>>& prompts, int new_tokens,
-                        const std::function<void(int, int)>& progress = {}, EventLog* events = nullptr);
+                        const std::function<void(int, int)>& progress = {}, EventLog* events = nullptr,
+                        std::vector<Request>* stopped = nullptr);
 
 // The table serve-bench prints: one row per run.
 std::string markdown_table(const std::vector<ServeRun>& runs);
