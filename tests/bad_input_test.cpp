@@ -18,6 +18,7 @@
 #include "cache/trace.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "refused_run_trace.h"
 #include "run_kvscope.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -579,14 +580,7 @@ TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
                                                 "--recent 8 --policy random --strategy holes --trace " + path);
   EXPECT_EQ(traced.code, 1);
   EXPECT_EQ(traced.err, want.substr(0, want.size() - 1) + " (the run up to that step: " + path + ")\n");
-  const Trace t = read_trace(path);
-  const Occupancy end = replay(t.header, t.events);
-  EXPECT_EQ(end.blocks_in_use(), 6);  // every block held when the step was refused
-  int64_t last = -1;  // the last position written
-  for (const Event& e : t.events)
-    if (e.kind == EventKind::SlotWritten) last = std::max(last, e.pos);
-  // Its tokens: every one written, and the one the refused step would have fed.
-  EXPECT_EQ(int64_t(trace_token_ids(t.header, path).at(0).size()), last + 2);
+  test::expect_the_trace_of_a_refused_run(path, /*num_blocks=*/6);
   std::remove(path.c_str());
 }
 

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/weights.h"
+#include "refused_run_trace.h"
 #include "run_kvscope.h"
 #include "scoped_threads.h"
 #include "serve/scheduler.h"
@@ -459,18 +460,7 @@ TEST(ServeBench, APoolOfHolesThatRunsOutKeepsItsTrace) {
             "kvscope: error: request 0 alone needs 1 more block for its next token, and the pool of 8 blocks has 0 "
             "free with nothing left to preempt (memory strategy holes: a block returns only when every slot in it is "
             "evicted; compact gives the emptied slots back) (the run up to that step: " + path + ")\n");
-  const Trace t = read_trace(path);
-  EXPECT_EQ(t.header.strategy, MemoryStrategy::HolesOnly);
-  const Occupancy end = replay(t.header, t.events);
-  EXPECT_EQ(end.blocks_in_use(), 8);  // every block held...
-  int live = 0;
-  for (int b = 0; b < 8; ++b) live += end.live_in_block(b);
-  EXPECT_LT(live, 8 * 4);  // ...and some of their slots emptied: holes
-  int64_t last = -1;       // the last position written
-  for (const Event& e : t.events)
-    if (e.kind == EventKind::SlotWritten) last = std::max(last, e.pos);
-  // Its tokens: every one written, and the one the refused step would have fed.
-  EXPECT_EQ(int64_t(trace_token_ids(t.header, path).at(0).size()), last + 2);
+  test::expect_the_trace_of_a_refused_run(path, /*num_blocks=*/8);
   std::remove(path.c_str());
 }
 
