@@ -1,5 +1,6 @@
 // Small helpers shared by the tutorials' programs: running a chapter, finding the
-// repository's files, and printing numbers the way the chapters quote them.
+// repository's files, and printing numbers the way the chapters quote them (with
+// util/format.h's commas and percent).
 #pragma once
 
 #include <cinttypes>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "util/file.h"
+#include "util/format.h"  // commas, percent: as the app and the command line print them
 
 namespace kvscope::tutorial {
 
@@ -52,16 +54,6 @@ inline std::string repo_path(const std::string& relative) {
   return relative;
 }
 
-// 32762123264 -> "32,762,123,264".
-inline std::string commas(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
-
 // printf into a std::string.
 template <class... Args>
 std::string format(const char* fmt, Args... args) {
@@ -70,11 +62,11 @@ std::string format(const char* fmt, Args... args) {
   return buf;
 }
 
-// A fraction as a percentage with one decimal: 0.1184 -> "11.8%".
-inline std::string percent(double fraction) { return format("%.1f%%", 100 * fraction); }
-
-// Bytes in decimal units (1 GB = 1e9 bytes, the unit GPUs are sold in).
-inline std::string bytes(double b) {
+// Bytes in decimal units (1 GB = 1e9 bytes, the unit GPUs are sold in) with fixed
+// decimals: "24.00 GB", "298.0 MB". Not util/format.h's three significant digits
+// ("24.0 GB", "298 MB"): the chapters print sums, 24.00 - 16.38 - 1.00 = 6.62 GB,
+// and every term must carry the digits the total has.
+inline std::string table_bytes(double b) {
   if (b >= 1e9) return format("%.2f GB", b / 1e9);
   if (b >= 1e6) return format("%.1f MB", b / 1e6);
   if (b >= 1e3) return format("%.1f kB", b / 1e3);

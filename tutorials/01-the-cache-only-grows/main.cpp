@@ -43,7 +43,7 @@ static void chapter() {
   std::printf("  %9s  %12s  %12s\n", "tokens", models[0].name.c_str(), models[1].name.c_str());
   for (int64_t tokens : {int64_t(1024), int64_t(4096), int64_t(16384), longest}) {
     std::printf("  %9s", commas(tokens).c_str());
-    for (const Named& m : models) std::printf("  %12s", bytes(double(tokens * kv_bytes_per_token(m.config, kv_bits))).c_str());
+    for (const Named& m : models) std::printf("  %12s", table_bytes(double(tokens * kv_bytes_per_token(m.config, kv_bits))).c_str());
     std::printf("\n");
   }
 
@@ -53,7 +53,7 @@ static void chapter() {
     const int64_t weights = weight_bytes(m.config, 16);
     const int64_t crossover = weights / kv_bytes_per_token(m.config, kv_bits) + 1;
     std::printf("  %-10s  %s parameters = %s; the cache is bigger from %s tokens on\n", m.name.c_str(),
-                commas(m.config.parameter_count()).c_str(), bytes(double(weights)).c_str(), commas(crossover).c_str());
+                commas(m.config.parameter_count()).c_str(), table_bytes(double(weights)).c_str(), commas(crossover).c_str());
   }
 
   // 4. A 24 GB GPU: free = GPU - weights - reserve; tokens = free / KV bytes per token.
@@ -73,10 +73,10 @@ static void chapter() {
     std::printf("\n");
   };
   std::printf("  %-26s  %12s  %12s\n", "", models[0].name.c_str(), models[1].name.c_str());
-  row("GPU memory", [](const KvFit& f) { return bytes(f.gpu_bytes); });
-  row("- weights at 4 bits", [](const KvFit& f) { return bytes(f.weight_bytes); });
-  row("- reserve", [](const KvFit& f) { return bytes(f.reserve_bytes); });
-  row("= free for the KV cache", [](const KvFit& f) { return bytes(f.free_bytes); });
+  row("GPU memory", [](const KvFit& f) { return table_bytes(f.gpu_bytes); });
+  row("- weights at 4 bits", [](const KvFit& f) { return table_bytes(f.weight_bytes); });
+  row("- reserve", [](const KvFit& f) { return table_bytes(f.reserve_bytes); });
+  row("= free for the KV cache", [](const KvFit& f) { return table_bytes(f.free_bytes); });
   row("/ KV bytes per token", [](const KvFit& f) { return commas(f.kv_bytes_per_token); });
   row("= tokens of cache", [](const KvFit& f) { return commas(f.tokens); });
   row("= blocks of 16 tokens", [](const KvFit& f) { return commas(f.blocks); });

@@ -132,7 +132,7 @@ void part2_streaming() {
       const std::string order =
           strategy == MemoryStrategy::ReuseHoles ? commas(out_of_order(r)) + " of " + commas(r.live) : "0 (kept in order)";
       std::printf("  %-10s %-8s  %13d  %11d  %11s  %s\n", policy.c_str(), strategy_name(strategy), r.blocks_in_use,
-                  r.peak_blocks, bytes(double(r.bytes_moved())).c_str(), order.c_str());
+                  r.peak_blocks, table_bytes(double(r.bytes_moved())).c_str(), order.c_str());
     }
   }
 }

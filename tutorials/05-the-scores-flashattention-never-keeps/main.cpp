@@ -98,15 +98,15 @@ static void chapter() {
   std::printf("  flash, per tile of %d queries x %d query heads (one KV head, %d rows): Q and output O 2 x [%d x %d]\n",
               kQueryTile, c.num_heads / c.num_kv_heads, rows, rows, hd);
   std::printf("         + scores S [%d x %d] + max, sum 2 x [%d] + K, V tiles 2 x [%d x %d] = %s floats = %s,\n", rows,
-              kTile, rows, kTile, hd, commas(flash_floats).c_str(), bytes(double(4 * flash_floats)).c_str());
+              kTile, rows, kTile, hd, commas(flash_floats).c_str(), table_bytes(double(4 * flash_floats)).c_str());
   std::printf("         at any context length\n");
   std::printf("  eager, per KV head: P [queries x context] + K, V copies 2 x [context x %d] + Q [queries x %d]\n", hd, hd);
   std::printf("  %9s  %9s  %12s  %12s  %12s\n", "context", "queries", "P", "K, V copies", "total");
   for (int64_t ctx : {int64_t(4096), int64_t(16384), int64_t(40960)}) {
     for (int64_t T : {int64_t(1), int64_t(256), ctx}) {
       const double p = 4.0 * double(T) * double(ctx), kv_copies = 4.0 * 2 * double(ctx) * hd, qm = 4.0 * double(T) * hd;
-      std::printf("  %9s  %9s  %12s  %12s  %12s%s\n", commas(ctx).c_str(), commas(T).c_str(), bytes(p).c_str(),
-                  bytes(kv_copies).c_str(), bytes(p + kv_copies + qm).c_str(), T == ctx ? "  (a whole prefill)" : "");
+      std::printf("  %9s  %9s  %12s  %12s  %12s%s\n", commas(ctx).c_str(), commas(T).c_str(), table_bytes(p).c_str(),
+                  table_bytes(kv_copies).c_str(), table_bytes(p + kv_copies + qm).c_str(), T == ctx ? "  (a whole prefill)" : "");
     }
   }
 }

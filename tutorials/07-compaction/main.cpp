@@ -88,8 +88,8 @@ void part2_bytes() {
     s.strategy = strategy;
     const SimulationResult r = simulate(s);
     std::printf("  %-8s  %12s  %15s  %13s  %23s  %23s\n", strategy_name(strategy), percent(r.blocks_freed_fraction()).c_str(),
-                bytes(double(r.bytes_reclaimed())).c_str(), commas(r.moves).c_str(), bytes(double(r.moves) * kQwen3_0_6B_F32_BytesPerToken).c_str(),
-                bytes(double(r.moves) * kQwen3_0_6B_F32_BytesPerToken / 2).c_str());
+                table_bytes(double(r.bytes_reclaimed())).c_str(), commas(r.moves).c_str(), table_bytes(double(r.moves) * kQwen3_0_6B_F32_BytesPerToken).c_str(),
+                table_bytes(double(r.moves) * kQwen3_0_6B_F32_BytesPerToken / 2).c_str());
   }
 }
 
@@ -168,7 +168,7 @@ void part3_when() {
     for (const Rule& rule : rules) {
       const Outcome o = run(policy, rule.now);
       std::printf("    %-20s  %5d of %3d  %12s  %11.1f  %11d  %11d\n", rule.name.c_str(), o.compactions, o.rounds,
-                  bytes(double(o.moves) * kQwen3_0_6B_F32_BytesPerToken).c_str(), o.mean_blocks, o.peak, o.end);
+                  table_bytes(double(o.moves) * kQwen3_0_6B_F32_BytesPerToken).c_str(), o.mean_blocks, o.peak, o.end);
     }
   }
 }
