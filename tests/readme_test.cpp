@@ -2,8 +2,8 @@
 // the README's copy equal to the tutorial's, and every test the docs cite real.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -36,6 +36,54 @@ TEST(Readme, EvalTableIsTheOneTutorial6Quotes) {
     EXPECT_NE(chapter.find("\n" + row + "\n"), std::string::npos) << "not in tutorial 6's quoted output: " << row;
 }
 
+// The text of every `code span`: from each backtick to the next, the spans `accept`
+// takes (a span it refuses may hold the opening backtick of the next one, as in
+// "``` `Suite.Name`": the search goes on from the backtick after it).
+std::vector<std::string> code_spans(const std::string& text, bool (*accept)(const std::string&)) {
+  std::vector<std::string> spans;
+  for (size_t open = text.find('`'); open != std::string::npos;) {
+    const size_t close = text.find('`', open + 1);
+    if (close == std::string::npos) break;
+    const std::string span = text.substr(open + 1, close - open - 1);
+    const bool taken = accept(span);
+    if (taken) spans.push_back(span);
+    open = text.find('`', taken ? close + 1 : open + 1);
+  }
+  return spans;
+}
+
+// An upper-case letter, then letters and digits (and '_' when `underscore`).
+bool is_name(const std::string& s, bool underscore) {
+  if (s.empty() || !std::isupper(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !(underscore && c == '_')) return false;
+  return true;
+}
+
+// "Suite.Name" or "Suite.*".
+bool is_test_citation(const std::string& s) {
+  const size_t dot = s.find('.');
+  if (dot == std::string::npos) return false;
+  const std::string name = s.substr(dot + 1);
+  return is_name(s.substr(0, dot), false) && (name == "*" || is_name(name, true));
+}
+
+// "viz_" and lower-case letters and '_': an app ctest.
+bool is_viz_ctest(const std::string& s) {
+  if (s.rfind("viz_", 0) != 0 || s.size() == 4) return false;
+  for (char c : s.substr(4))
+    if (!std::islower(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
+// "add_test(NAME viz_x" then a space or a newline, somewhere in the CMake text.
+bool declares_test(const std::string& cmake, const std::string& name) {
+  const std::string head = "add_test(NAME " + name;
+  for (size_t at = cmake.find(head); at != std::string::npos; at = cmake.find(head, at + 1))
+    if (at + head.size() < cmake.size() && std::isspace(static_cast<unsigned char>(cmake[at + head.size()]))) return true;
+  return false;
+}
+
 // The docs say "checked by BadInput.PromptThatIsNotUtf8" (or "BrokenCheckpoint.*" for
 // a suite): each such name must be a test of this binary, so a renamed or deleted
 // test cannot leave a claim that nothing checks. Parameterised tests count by their
@@ -57,21 +105,21 @@ TEST(Readme, EveryTestTheDocsCiteExists) {
   for (const auto& entry : std::filesystem::directory_iterator(test::source_path("tutorials")))
     if (std::filesystem::exists(entry.path() / "README.md"))
       docs.push_back("tutorials/" + entry.path().filename().string() + "/README.md");
-  const std::regex cited("`([A-Z][A-Za-z0-9]*)\\.([A-Z][A-Za-z0-9_]*|\\*)`");  // `Suite.Name` or `Suite.*`
-  const std::regex cited_ctest("`(viz_[a-z_]+)`");
   const std::string viz_cmake = read_file(test::source_path("viz/CMakeLists.txt"));
   int count = 0;
   for (const std::string& doc : docs) {
     const std::string text = read_file(test::source_path(doc));
-    for (std::sregex_iterator m(text.begin(), text.end(), cited_ctest), end; m != end; ++m, ++count)
-      EXPECT_TRUE(std::regex_search(viz_cmake, std::regex("add_test\\(NAME " + (*m)[1].str() + "\\s")))
-          << doc << " cites " << m->str() << ": no such test in viz/CMakeLists.txt";
-    for (std::sregex_iterator m(text.begin(), text.end(), cited), end; m != end; ++m, ++count) {
-      const std::string suite = (*m)[1], name = (*m)[2];
+    for (const std::string& ctest : code_spans(text, is_viz_ctest)) {
+      ++count;
+      EXPECT_TRUE(declares_test(viz_cmake, ctest)) << doc << " cites `" << ctest << "`: no such test in viz/CMakeLists.txt";
+    }
+    for (const std::string& cited : code_spans(text, is_test_citation)) {
+      ++count;
+      const std::string suite = cited.substr(0, cited.find('.')), name = cited.substr(cited.find('.') + 1);
       if (name == "*")
-        EXPECT_TRUE(suites.count(suite)) << doc << " cites " << m->str() << ": no such test suite";
+        EXPECT_TRUE(suites.count(suite)) << doc << " cites `" << cited << "`: no such test suite";
       else
-        EXPECT_TRUE(tests.count(suite + "." + name)) << doc << " cites " << m->str() << ": no such test";
+        EXPECT_TRUE(tests.count(cited)) << doc << " cites `" << cited << "`: no such test";
     }
   }
   EXPECT_GE(count, 30) << "the pattern no longer finds the citations (the README alone has over 30)";

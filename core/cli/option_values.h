@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <regex>
 #include <string>
 
 #include "util/error.h"  // number_text
@@ -17,11 +16,16 @@ namespace kvscope::cli {
 // says only "Could not convert: --tokens = 1.5" for a whole-number option given 1.5
 // or abc, and reads 99999999999999999999 into a 64-bit option as 9223372036854775807
 // (its strtoll saturates unchecked), so those are caught here first.
+// An optional sign, then one digit or more: "12", "-3", "+7"; not "1.5", "1e3" or "-".
+inline bool is_whole_number_text(const std::string& text) {
+  const size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  return digits < text.size() && text.find_first_not_of("0123456789", digits) == std::string::npos;
+}
+
 inline std::string number_value_problem(const std::string& text, bool whole) {
-  static const std::regex digits("[+-]?[0-9]+");
   if (text.empty()) return std::string("expects a ") + (whole ? "whole " : "") + "number, not an empty value";
   if (whole) {
-    if (!std::regex_match(text, digits)) return "expects a whole number, not " + text;
+    if (!is_whole_number_text(text)) return "expects a whole number, not " + text;
     errno = 0;
     (void)std::strtoll(text.c_str(), nullptr, 10);
     if (errno == ERANGE) return text + " is out of range";

@@ -3,11 +3,24 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cli/option_values.h"  // is_whole_number_text
+
 namespace kvscope::cli {
+
+// `text` cut at the last `marker`: {before, after}; {"", ""} when there is none.
+inline std::pair<std::string, std::string> split_at_last(const std::string& text, const std::string& marker) {
+  const size_t at = text.rfind(marker);
+  if (at == std::string::npos) return {"", ""};
+  return {text.substr(0, at), text.substr(at + marker.size())};
+}
+
+inline bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
 
 // Four of CLI11's messages said another way; others pass unchanged.
 //  * An option that takes one value, given twice ("--tokens 5 --tokens 6"): CLI11
@@ -23,14 +36,17 @@ namespace kvscope::cli {
 //  * An option at the end with no value ("simulate --tokens"): CLI11 says "--tokens: 1
 //    required INT missing"; this says "--tokens: no value given".
 inline std::string parse_error_text(const CLI::ParseError& e, const CLI::App& app) {
-  static const std::regex at_most_one("^(.*): At Most 1 required but received ([0-9]+)$");
-  static const std::regex too_large("^Could not convert: (.*) = ([+-]?[0-9]+)$");
-  static const std::regex missing("^(.*): 1 required .* missing$");
   const std::string what = e.what();
-  std::smatch m;
-  if (std::regex_match(what, m, at_most_one)) return m[1].str() + ": given " + m[2].str() + " times; it takes one value";
-  if (std::regex_match(what, m, missing)) return m[1].str() + ": no value given";
-  if (std::regex_match(what, m, too_large)) return m[1].str() + ": " + m[2].str() + " is out of range";
+  // "NAME: At Most 1 required but received N"
+  if (const auto [name, n] = split_at_last(what, ": At Most 1 required but received "); is_whole_number_text(n))
+    return name + ": given " + n + " times; it takes one value";
+  // "NAME: 1 required TYPE missing"
+  if (const auto [name, type] = split_at_last(what, ": 1 required "); !name.empty() && ends_with(type, " missing"))
+    return name + ": no value given";
+  // "Could not convert: NAME = VALUE", VALUE a whole number
+  if (const auto [head, value] = split_at_last(what, " = ");
+      head.rfind("Could not convert: ", 0) == 0 && is_whole_number_text(value))
+    return head.substr(std::string("Could not convert: ").size()) + ": " + value + " is out of range";
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     const std::vector<std::string> extras = app.remaining(true);  // in the order typed
     if (extras.empty()) return what;
