@@ -26,6 +26,7 @@
 #include "cli/parse_error.h"
 #include "imgui_impl_glfw.h"
 #include "imgui_impl_opengl3.h"
+#include "evict/triattention.h"
 #include "model/config.h"
 #include "palette.h"
 #include "screenshot.h"
@@ -155,6 +156,12 @@ ModelSource model_source(const Args& a) {
   m.calibration = a.calibration;
   try {
     if (!m.dir.empty()) check_model_folder(m.dir);
+    // Read now, whichever scenario opens: the policy menu can switch to triattention
+    // later, and a file that cannot be used should not wait until then to say so.
+    if (!m.calibration.empty()) {
+      if (m.dir.empty()) TriCalibration::load(m.calibration);
+      else TriCalibration::load(m.calibration, load_config(m.dir));
+    }
   } catch (const Error& e) {
     fail(e.what());
   }
