@@ -540,6 +540,19 @@ TEST(BadInput, EvictionThatWillNeverRunIsAWarning) {
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 200 --budget 40").err.find("warning"), std::string::npos);
 }
 
+TEST(BadInput, SamplingFlagsUnderGreedyDecodingAreAWarning) {
+  // --temperature 0 takes the most likely token: --top-k, --top-p and --seed change
+  // nothing, and once went unused without a word.
+  const ProgramRun r = run_kvscope(kTiny + "--prompt hi -n 2 --top-k 5 --seed 3");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("kvscope: warning: --top-k, --seed: no effect with --temperature 0 (greedy: the most likely "
+                        "token at every step)\n", 0), 0u) << r.err;
+  EXPECT_EQ(r.out, run_kvscope(kTiny + "--prompt hi -n 2").out);  // the same text: they changed nothing
+  // Sampling uses them: no warning.
+  const std::string sampled = "generate --model '" + test::tiny_model("tiny-tied") + "' --prompt hi -n 2 ";
+  EXPECT_EQ(run_kvscope(sampled + "--top-k 5 --top-p 0.9 --seed 3").err.find("warning"), std::string::npos);
+}
+
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   // tiny-tied: 2 layers x 16 slots x 64 K and 64 V floats = 16384 bytes a block.
   const ModelConfig c = load_config(test::tiny_model("tiny-tied"));

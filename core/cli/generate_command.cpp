@@ -255,13 +255,13 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--temperature", args->temperature, "Sampling temperature; 0 means greedy")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--top-k", args->top_k, "Sample among the k most likely tokens; 0 = all")
+  CLI::Option* top_k = cmd->add_option("--top-k", args->top_k, "Sample among the k most likely tokens; 0 = all")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--top-p", args->top_p, "Nucleus sampling: smallest set with this probability")
+  CLI::Option* top_p = cmd->add_option("--top-p", args->top_p, "Nucleus sampling: smallest set with this probability")
       ->capture_default_str()
       ->check(number_check(0, true, 1, "(0,1]"));
-  cmd->add_option("--seed", args->seed, "Random seed: the same seed gives the same text")
+  CLI::Option* seed = cmd->add_option("--seed", args->seed, "Random seed: the same seed gives the same text")
       ->capture_default_str()
       ->check(kNonNegative);  // -1 is not "a random seed" here: it would wrap to 2^64 - 1
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
@@ -300,10 +300,17 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(number_check(0, false, 1e9, "0..1e9"));  // a petabyte at most: its bytes fit a size_t
   cmd->add_option("--trace", args->trace, "Record every cache event of the run, and its tokens, to this file; kvscope-viz --trace FILE shows it");
-  cmd->callback([args, eviction_flags] {
+  const std::vector<CLI::Option*> sampling_flags = {top_k, top_p, seed};
+  cmd->callback([args, eviction_flags, sampling_flags] {
     for (const CLI::Option* o : eviction_flags)
       if (args->budget == 0 && o->count() > 0)
         throw Error(o->get_name() + " needs a budget above 0: --budget 0 means no eviction");
+    // Greedy decoding draws nothing: said, not silently ignored.
+    std::string unused;
+    for (const CLI::Option* o : sampling_flags)
+      if (args->temperature == 0 && o->count() > 0) unused += (unused.empty() ? "" : ", ") + o->get_name();
+    if (!unused.empty())
+      print_warnings({unused + ": no effect with --temperature 0 (greedy: the most likely token at every step)"});
     run_generate(*args);
   });
 }
