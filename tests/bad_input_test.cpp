@@ -353,6 +353,12 @@ TEST(BadInput, AModelFolderThatIsNotOneIsNamed) {
     }
   }
   std::filesystem::remove_all(empty);
+  // And the other way round: a model folder where a config.json is asked for.
+  const std::string model = test::tiny_model("tiny-tied");
+  const std::string want = model + ": is a model folder, not a config.json; give " + model + "/config.json";
+  expect_one_line_error("memory --config '" + model + "'", want);
+  expect_one_line_error("bench decode --config '" + model + "'", want);
+  expect_one_line_error("serve-bench --config '" + model + "'", want);
 }
 
 TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {

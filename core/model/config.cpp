@@ -103,7 +103,12 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
   }
 }
 
-ModelConfig load_config_file(const std::string& path) { return parse_config(read_file(path), path); }
+ModelConfig load_config_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) && file_exists(path + "/config.json"))  // a model folder for --config
+    throw Error(path + ": is a model folder, not a config.json; give " + path + "/config.json");
+  return parse_config(read_file(path), path);
+}
 
 void check_model_folder(const std::string& model_dir) {
   namespace fs = std::filesystem;

@@ -45,7 +45,8 @@ void check_model_folder(const std::string& model_dir);
 // DIR/generation_config.json if present.
 ModelConfig load_config(const std::string& model_dir);
 
-// Reads a single config.json file (e.g. shared/reference/qwen3-32b-config.json).
+// Reads a single config.json file (e.g. shared/reference/qwen3-32b-config.json). A
+// model folder given for it is named as one, with the path to give instead.
 ModelConfig load_config_file(const std::string& path);
 
 }  // namespace kvscope
