@@ -359,6 +359,8 @@ TEST(BadInput, AModelFolderThatIsNotOneIsNamed) {
   expect_one_line_error("memory --config '" + model + "'", want);
   expect_one_line_error("bench decode --config '" + model + "'", want);
   expect_one_line_error("serve-bench --config '" + model + "'", want);
+  expect_one_line_error("generate --prompt hi --model '" + model + "/config.json'",
+                        model + "/config.json: is a file, not a model folder; give " + model);
 }
 
 TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {

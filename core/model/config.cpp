@@ -115,7 +115,12 @@ void check_model_folder(const std::string& model_dir) {
   std::error_code ec;
   const fs::file_status st = fs::status(model_dir, ec);
   if (!fs::exists(st)) throw Error(model_dir + ": no such folder");
-  if (!fs::is_directory(st)) throw Error(model_dir + ": is a file, not a model folder");
+  if (!fs::is_directory(st)) {
+    const std::string folder = fs::path(model_dir).parent_path().string();  // "" for a bare file name
+    const std::string parent = folder.empty() ? "." : folder;
+    throw Error(model_dir + ": is a file, not a model folder" +
+                (fs::exists(parent + "/config.json", ec) ? "; give " + parent : ""));
+  }
   if (!fs::exists(model_dir + "/config.json", ec))  // one that is there but unreadable gets read_file's message
     throw Error(model_dir + ": no config.json (not a model folder)");
 }

@@ -37,7 +37,8 @@ struct ModelConfig {
 ModelConfig parse_config(const std::string& json_text, const std::string& source);
 
 // kvscope::Error unless DIR is a folder holding config.json, worded for the person who
-// named it: "DIR: no such folder", "DIR: is a file, not a model folder",
+// named it: "DIR: no such folder", "DIR: is a file, not a model folder" (with the
+// folder to give when the file is in one, e.g. its config.json),
 // "DIR: no config.json (not a model folder)".
 void check_model_folder(const std::string& model_dir);
 
