@@ -452,9 +452,9 @@ TEST(ServeBench, APoolOfHolesThatRunsOutKeepsItsTrace) {
   // replays to the pool of holes that stopped it. Once the trace was lost with the run.
   const std::string path = testing::TempDir() + "serve_exhausted.trace";
   const test::ProgramRun r = test::run_shell(
-      test::binary_path("kvscope") + " serve-bench --model '" + test::tiny_model("tiny-tied") + "' --strategies holes --requests 1 --prompt-len 8 "
-      "--output-len 300 --blocks 8 --block-size 4 --budget 16 --slack 6 --sinks 2 --recent 5 --policy random "
-      "--chunk 4 --repeat 1 --trace " + path + " 2>&1 >/dev/null");
+      test::binary_path("kvscope") + " serve-bench --model '" + test::tiny_model("tiny-tied") +
+      "' --strategies holes --requests 1 --prompt-len 8 --output-len 300 --blocks 8 --block-size 4 --budget 16 "
+      "--slack 6 --sinks 2 --recent 5 --policy random --chunk 4 --repeat 1 --trace " + path + " 2>&1 >/dev/null");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.output,
             "kvscope: error: request 0 alone needs 1 more block for its next token, and the pool of 8 blocks has 0 "

@@ -12,16 +12,16 @@
 
 namespace kvscope::cli {
 
-// What is wrong with one value of a number option, or "" when nothing is. CLI11 2.3
-// says only "Could not convert: --tokens = 1.5" for a whole-number option given 1.5
-// or abc, and reads 99999999999999999999 into a 64-bit option as 9223372036854775807
-// (its strtoll saturates unchecked), so those are caught here first.
 // An optional sign, then one digit or more: "12", "-3", "+7"; not "1.5", "1e3" or "-".
 inline bool is_whole_number_text(const std::string& text) {
   const size_t digits = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
   return digits < text.size() && text.find_first_not_of("0123456789", digits) == std::string::npos;
 }
 
+// What is wrong with one value of a number option, or "" when nothing is. CLI11 2.3
+// says only "Could not convert: --tokens = 1.5" for a whole-number option given 1.5
+// or abc, and reads 99999999999999999999 into a 64-bit option as 9223372036854775807
+// (its strtoll saturates unchecked), so those are caught here first.
 inline std::string number_value_problem(const std::string& text, bool whole) {
   if (text.empty()) return std::string("expects a ") + (whole ? "whole " : "") + "number, not an empty value";
   if (whole) {

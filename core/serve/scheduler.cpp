@@ -120,14 +120,14 @@ bool Scheduler::step() {
     if (blocks <= cache.pool().num_free()) break;
     if (running_.size() == 1) {
       const size_t n = items[0].tokens.size();
-      throw PoolExhausted("request " + std::to_string(running_[0]) + " alone needs " + plural(blocks, "more block") +
-                  " for its next " +
-                  (n == 1 ? "token" : std::to_string(n) + " tokens") + ", and the pool of " +
-                  std::to_string(cache.num_blocks()) + " blocks has " + std::to_string(cache.pool().num_free()) +
-                  " free with nothing left to preempt (memory strategy " + strategy_name(cache.strategy()) +
-                  (cache.strategy() == MemoryStrategy::HolesOnly
-                       ? ": a block returns only when every slot in it is evicted; compact gives the emptied slots back)"
-                       : ")"));
+      throw PoolExhausted(
+          "request " + std::to_string(running_[0]) + " alone needs " + plural(blocks, "more block") + " for its next " +
+          (n == 1 ? "token" : std::to_string(n) + " tokens") + ", and the pool of " + std::to_string(cache.num_blocks()) +
+          " blocks has " + std::to_string(cache.pool().num_free()) +
+          " free with nothing left to preempt (memory strategy " + strategy_name(cache.strategy()) +
+          (cache.strategy() == MemoryStrategy::HolesOnly
+               ? ": a block returns only when every slot in it is evicted; compact gives the emptied slots back)"
+               : ")"));
     }
     preempt(running_.back());
     items = batch();
