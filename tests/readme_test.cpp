@@ -1,5 +1,6 @@
 // The README quotes tables that a tutorial's doc test keeps true; these tests keep
-// the README's copy equal to the tutorial's, and every test the docs cite real.
+// the README's copy equal to the tutorial's, the commands it quotes printing what
+// it shows, and every test the docs cite real.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "run_kvscope.h"
 #include "test_paths.h"
 #include "util/file.h"
 
@@ -34,6 +36,69 @@ TEST(Readme, EvalTableIsTheOneTutorial6Quotes) {
   ASSERT_GE(rows.size(), 3u);
   for (const std::string& row : rows)
     EXPECT_NE(chapter.find("\n" + row + "\n"), std::string::npos) << "not in tutorial 6's quoted output: " << row;
+}
+
+// A command the README quotes, `$ build/kvscope ...` on the first line of a fenced
+// block, and the lines after it: what the command prints.
+struct QuotedCommand {
+  std::string command;
+  std::vector<std::string> output;
+};
+
+std::vector<QuotedCommand> quoted_commands(const std::string& text) {
+  std::vector<QuotedCommand> quoted;
+  std::istringstream in(text);
+  bool in_block = false, first_line = false, quoting = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("```", 0) == 0) {
+      in_block = !in_block;
+      first_line = in_block;
+      quoting = false;
+      continue;
+    }
+    if (first_line && line.rfind("$ build/kvscope ", 0) == 0) {
+      quoted.push_back({line.substr(2), {}});
+      quoting = true;
+    } else if (quoting) {
+      quoted.back().output.push_back(line);
+    }
+    first_line = false;
+  }
+  return quoted;
+}
+
+// `line` with every speed ("3100.0 tokens/s") written as "N tokens/s": a timing,
+// which no rerun repeats.
+std::string without_speeds(const std::string& line) {
+  const std::string unit = " tokens/s";
+  std::string out;
+  size_t from = 0;  // line[from, ...) is not yet in out
+  for (size_t at = line.find(unit); at != std::string::npos; at = line.find(unit, at + 1)) {
+    size_t number = at;
+    while (number > from && (std::isdigit(static_cast<unsigned char>(line[number - 1])) || line[number - 1] == '.'))
+      --number;
+    out += line.substr(from, number - from) + "N";
+    from = at;
+  }
+  return out + line.substr(from);
+}
+
+// Each `$ build/kvscope ...` block of the README, rerun from the repository root:
+// the lines it prints must be the lines quoted, speeds aside.
+TEST(Readme, QuotedCommandsPrintWhatTheReadmeShows) {
+  const std::vector<QuotedCommand> quoted = quoted_commands(read_file(test::source_path("README.md")));
+  ASSERT_GE(quoted.size(), 2u) << "the README quotes a sample of the bundled model and a summary of eviction";
+  for (const QuotedCommand& q : quoted) {
+    const std::string command = test::binary_path("kvscope") + q.command.substr(std::string("build/kvscope").size());
+    const test::ProgramRun r = test::run_shell("cd '" + test::source_path("") + "' && " + command);
+    ASSERT_EQ(r.code, 0) << q.command << "\n" << r.output;
+    std::vector<std::string> printed;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) printed.push_back(without_speeds(line));
+    std::vector<std::string> expected;
+    for (const std::string& line : q.output) expected.push_back(without_speeds(line));
+    EXPECT_EQ(printed, expected) << "$ " << q.command << "\nprints:\n" << r.output;
+  }
 }
 
 // The text of every `code span`: from each backtick to the next, the spans `accept`
