@@ -1,19 +1,23 @@
 // The bundled model (assets/model) against the PyTorch module it was trained with.
 // Fixture: tests/fixtures/bundled-model.json, made by assets/training/make_fixture.py
 // from the committed weights (which also checks the Hugging Face transcription).
+// And the model card's numbers against the files they describe.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
+#include "model/config.h"
 #include "model/qwen3.h"
 #include "model/weights.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 #include "util/file.h"
+#include "util/format.h"
 #include "util/max_abs_diff.h"
 
 namespace kvscope {
@@ -80,6 +84,52 @@ TEST(BundledModel, LogitsMatchTheTrainingScriptsPyTorchForward) {
       last.assign(logits, logits + vocab);
     }
   }
+}
+
+// The card (assets/model/README.md) and the README's summary of it quote what the
+// files hold: the shape from config.json, the tokenizer's sizes, the weights' bytes,
+// and the training run as train.py recorded it in training.json. A model trained
+// again, or a card edited by hand, cannot leave a stale number behind.
+TEST(BundledModel, CardSaysWhatItsFilesHold) {
+  const std::string card = read_file(kModel + "/README.md");
+  const std::string readme = read_file(test::source_path("README.md"));
+  const ModelConfig c = load_config(kModel);
+  const auto tokenizer = nlohmann::json::parse(read_file(kModel + "/tokenizer.json"));
+  const auto training = nlohmann::json::parse(read_file(kModel + "/training.json"));
+  const auto args = training["args"];
+  const auto in_card = [&](const std::string& s) { EXPECT_NE(card.find(s), std::string::npos) << "card: " << s; };
+  const auto in_readme = [&](const std::string& s) { EXPECT_NE(readme.find(s), std::string::npos) << "README: " << s; };
+
+  ASSERT_TRUE(c.tie_word_embeddings);
+  in_card("| Architecture | Qwen3ForCausalLM: " + std::to_string(c.num_layers) + " layers, hidden " +
+          std::to_string(c.hidden_size) + ", " + std::to_string(c.num_heads) + " query heads and " +
+          std::to_string(c.num_kv_heads) + " KV heads of dim " + std::to_string(c.head_dim) + " (GQA), SwiGLU " +
+          std::to_string(c.intermediate_size) + ", RMSNorm with per-head q/k norm, RoPE theta " +
+          commas(int64_t(c.rope_theta)) + ", tied embeddings |");
+  EXPECT_EQ(training["parameters"].get<int64_t>(), c.parameter_count());
+  in_card("| Parameters | " + commas(c.parameter_count()) + " |");
+  const int64_t pieces = int64_t(tokenizer["model"]["vocab"].size()), merges = int64_t(tokenizer["model"]["merges"].size());
+  ASSERT_EQ(tokenizer["added_tokens"].size(), 1u);
+  EXPECT_EQ(pieces + 1, c.vocab_size);
+  in_card("| Vocabulary | " + commas(c.vocab_size) + ": byte-level BPE (" + commas(pieces) + " tokens, " +
+          commas(merges) + " merges) + `" + tokenizer["added_tokens"][0]["content"].get<std::string>() + "`");
+  in_card("trained on windows of " + std::to_string(args["seq"].get<int>()) + " tokens, then " +
+          commas(args["long_seq"].get<int>()) + " for the last " + percent(1 - args["long_from"].get<double>(), 0) +
+          " of the steps; `max_position_embeddings` " + commas(c.max_position_embeddings) + " |");
+  const double megabytes = double(std::filesystem::file_size(kModel + "/model.safetensors")) / 1e6;
+  in_card("| Weights | `model.safetensors`, bf16 (" + fmt("%.1f", megabytes) + " MB) |");
+  const int steps = args["steps"], tokens = args["tokens"];
+  in_card("| Training | " + commas(int64_t(steps) * tokens) + " tokens seen (" + commas(steps) + " steps of " +
+          commas(tokens) + "), AdamW, " + fmt("%.1f", training["minutes"].get<double>()) + " min on " +
+          std::to_string(args["threads"].get<int>()) + " CPU cores |");
+  in_card("| Held-out perplexity | " + fmt("%.2f", training["heldout_perplexity"].get<double>()) + " (");
+  in_card("| train | 435 (8.66 MB, " + commas(training["train_tokens"].get<int64_t>()) + " tokens) |");
+  in_card("| heldout | 19 (0.33 MB, " + commas(training["heldout_tokens"].get<int64_t>()) + " tokens) |");
+
+  in_readme("`assets/model` is a tiny Qwen3 (" + std::to_string(c.num_layers) + " layers, " +
+            fmt("%.1f", double(c.parameter_count()) / 1e6) + "M parameters, bf16, " + fmt("%.1f", megabytes) + " MB)");
+  in_readme("trained for " + fmt("%.0f", training["minutes"].get<double>()) + " minutes on two CPU cores");
+  in_readme("held-out\nperplexity " + fmt("%.1f", training["heldout_perplexity"].get<double>()) + ".");
 }
 
 }  // namespace
