@@ -16,6 +16,7 @@
 #include "sim/synthetic.h"
 #include "tokenizer/tokenizer.h"  // Tokenizer, read_text_file
 #include "util/file.h"
+#include "util/format.h"
 #include "util/error.h"
 #include "scenarios.h"
 #include "timeline.h"
@@ -408,6 +409,44 @@ TEST(VizTimeline, TheBlogScenarioMakesThePoint) {
   EXPECT_NEAR(holes.counters().evicted_fraction(), 0.875, 1e-9);
   EXPECT_NEAR(holes.counters().blocks_freed_fraction(), 0.118, 0.03);  // 0.875^16
   EXPECT_NEAR(compact.counters().blocks_freed_fraction(), 0.875, 0.001);
+}
+
+// The README's two screenshots are captioned with numbers: the scenario, recorded
+// again here, must end with them (its pictures are made by the same recording).
+TEST(VizScenarios, TheReadmeCaptionsTheScreenshotsWithTheirScenariosNumbers) {
+  std::string readme = read_file(std::string(KVSCOPE_SOURCE_DIR) + "/README.md");
+  std::replace(readme.begin(), readme.end(), '\n', ' ');  // captions wrap anywhere
+  const auto quoted = [&](const std::string& s) { EXPECT_NE(readme.find(s), std::string::npos) << "README: " << s; };
+  const auto ends = [](const Recording& rec, size_t run) {
+    Timeline t(rec.runs.at(run));
+    t.seek(t.size());
+    return t.counters();
+  };
+
+  const RunSettings& blog = find_scenario("blog-16k-random")->settings;
+  const Recording random = record(blog, {});
+  const Counters holes = ends(random, 0), compact = ends(random, 1);
+  quoted("![blog-16k-random: evicted " + percent(holes.evicted_fraction()) + ", freed " +
+         percent(holes.blocks_freed_fraction()) + " with holes only vs " + percent(compact.blocks_freed_fraction()) +
+         " with compaction]");
+  quoted("`kvscope-viz --scenario blog-16k-random`: " + commas(blog.tokens) + " tokens, " +
+         percent(holes.evicted_fraction()) + " evicted at random. Left, holes only: " + commas(holes.blocks_in_use) +
+         " of " + commas(holes.full_cache_blocks) + " blocks still held (" + percent(holes.blocks_freed_fraction(), 0) +
+         " freed, the (" + fmt("%g", blog.evict_fraction) + ")^" + std::to_string(blog.block_size) +
+         " law). Right, compaction: " + commas(compact.blocks_in_use) + " blocks held (" +
+         percent(compact.blocks_freed_fraction()) + " freed).");
+
+  const RunSettings& h2o = find_scenario("h2o-model")->settings;
+  const Recording model = record(h2o, {bundled_model_dir(), ""});
+  ASSERT_EQ(model.settings.source, Source::Model) << model.note;
+  const Counters model_holes = ends(model, 0), model_compact = ends(model, 1);
+  quoted("![h2o-model: the bundled model generates " + std::to_string(h2o.tokens) + " tokens; H2O keeps " +
+         std::to_string(h2o.budget) + "; holes only frees " + percent(model_holes.blocks_freed_fraction()) +
+         " of the blocks, compaction " + percent(model_compact.blocks_freed_fraction()) + "]");
+  quoted("model writes " + std::to_string(h2o.tokens) + " tokens while H2O keeps " + std::to_string(h2o.budget) +
+         " (+" + std::to_string(h2o.slack) + " slack). Left, holes only: " + std::to_string(model_holes.blocks_in_use) +
+         " of " + std::to_string(model_holes.full_cache_blocks) + " blocks still held. Right, compaction: " +
+         std::to_string(model_compact.blocks_in_use) + ".*");
 }
 
 TEST(VizTimeline, ImportanceShadingUsesTheWorkloadSimulateRanksBy) {
