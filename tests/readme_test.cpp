@@ -101,6 +101,31 @@ TEST(Readme, QuotedCommandsPrintWhatTheReadmeShows) {
   }
 }
 
+// "Where things are" lists every folder of the source: a newcomer looks there first.
+TEST(Readme, WhereThingsAreNamesEveryFolder) {
+  const std::string readme = read_file(test::source_path("README.md"));
+  const size_t heading = readme.find("## Where things are");
+  ASSERT_NE(heading, std::string::npos);
+  const size_t open = readme.find("```\n", heading), close = readme.find("```\n", open + 4);
+  ASSERT_NE(close, std::string::npos);
+  const std::string listing = readme.substr(open, close - open);
+  int folders = 0;
+  for (const std::string top : {"core", "kernels", "viz", "tutorials", "tests", "assets"}) {
+    const std::string line_start = std::string("\n").append(top).append("/");  // "\ncore/"
+    EXPECT_NE(listing.find(line_start), std::string::npos) << top << "/ is not in the listing";
+    if (top == "tutorials") continue;  // the chapters have a table of their own
+    for (const auto& entry : std::filesystem::directory_iterator(test::source_path(top))) {
+      if (!entry.is_directory()) continue;
+      const std::string name = entry.path().filename().string();
+      ++folders;
+      // core/ and assets/ list each folder on a line of its own; tests/ names them in its line.
+      const std::string shown = top == "tests" ? std::string(" ").append(name).append("/") : line_start + name + "/";
+      EXPECT_NE(listing.find(shown), std::string::npos) << top << "/" << name << "/ is not in the listing";
+    }
+  }
+  EXPECT_GE(folders, 15);
+}
+
 // The text of every `code span`: from each backtick to the next, the spans `accept`
 // takes (a span it refuses may hold the opening backtick of the next one, as in
 // "``` `Suite.Name`": the search goes on from the backtick after it).
