@@ -126,6 +126,30 @@ TEST(Readme, WhereThingsAreNamesEveryFolder) {
   EXPECT_GE(folders, 15);
 }
 
+// Every chapter (tutorials/NN-name/, titled "# N · Title") is listed by its title in
+// the README's list and in the tutorials' table, and the status box counts them.
+TEST(Readme, EveryTutorialChapterIsListed) {
+  const std::string readme = read_file(test::source_path("README.md"));
+  const std::string index = read_file(test::source_path("tutorials/README.md"));
+  std::set<std::string> chapters;  // sorted by their number
+  for (const auto& entry : std::filesystem::directory_iterator(test::source_path("tutorials")))
+    if (std::filesystem::exists(entry.path() / "main.cpp")) chapters.insert(entry.path().filename().string());
+  ASSERT_GE(chapters.size(), 8u);
+  for (const std::string& chapter : chapters) {
+    const std::string text = read_file(test::source_path("tutorials/" + chapter + "/README.md"));
+    const std::string number = std::to_string(std::stoi(chapter.substr(0, 2)));
+    const std::string heading = "# " + number + " \u00b7 ";  // "# 3 · "
+    ASSERT_EQ(text.rfind(heading, 0), 0u) << chapter << " does not begin with '" << heading << "'";
+    const std::string title = text.substr(heading.size(), text.find('\n') - heading.size());
+    EXPECT_NE(readme.find(number + ". [" + title + "](tutorials/" + chapter + "/README.md)"), std::string::npos)
+        << "README.md does not list " << chapter << " as " << title;
+    EXPECT_NE(index.find("| " + number + " | [" + title + "](" + chapter + "/README.md) |"), std::string::npos)
+        << "tutorials/README.md does not list " << chapter << " as " << title;
+  }
+  EXPECT_NE(readme.find("tutorials 1-" + std::to_string(chapters.size()) + ","), std::string::npos)
+      << "the status box does not count " << chapters.size() << " tutorials";
+}
+
 // The text of every `code span`: from each backtick to the next, the spans `accept`
 // takes (a span it refuses may hold the opening backtick of the next one, as in
 // "``` `Suite.Name`": the search goes on from the backtick after it).
