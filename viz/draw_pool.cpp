@@ -147,34 +147,27 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
 
 }  // namespace
 
-void draw_pool(App& app, int view, ImVec2 size) {
-  const Session& s = *app.session;
-  const Timeline& t = s.view(view);
+namespace {
+
+// The colour of slot j of block b, owned by `owner` (>= 0): a token leaving in the
+// compaction slide shows as the hole it leaves, an empty slot as a hole or room, a
+// live one in its owner's colour, shaded by its score.
+uint32_t slot_colour(const Timeline& t, const ScoresAt& scores, const std::vector<uint8_t>& leaving, int owner,
+                     int b, int j) {
+  const Occupancy& occ = t.occupancy();
+  const int64_t pos = occ.position(b, j);
+  if (!leaving.empty() && leaving[size_t(b) * size_t(occ.block_size()) + size_t(j)]) return palette::kHole;
+  if (pos == kEmpty) return t.used(b, j) ? palette::kHole : palette::kRoom;
+  const auto sc = scores(owner, pos);
+  return palette::live(owner, sc ? scores.shade(*sc) : 0, sc.has_value());
+}
+
+// Every block: free, or its slots in runs of equal colour (one rectangle a run);
+// where slots are under a pixel wide, the block's share of live slots.
+void draw_blocks(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, const ScoresAt& scores,
+                 const std::vector<uint8_t>& leaving) {
   const Occupancy& occ = t.occupancy();
   const int B = occ.block_size();
-
-  ImGui::BeginGroup();
-  const float top = ImGui::GetCursorScreenPos().y;
-  header(t, s, view, size.x);
-  const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const ImVec2 area{size.x, std::max(20.0f, size.y - (origin.y - top))};
-  PoolGeometry g = layout_pool(occ.num_blocks(), B, origin, area);
-  app.pools[view] = g;
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-
-  ScoresAt scores(t.run(), t.cursor(), t.counters().next_pos);
-  if (scores.known()) scores.fit(sample_live(occ, 4096));
-
-  // Tokens in flight (compaction sliding): their source slots show as holes.
-  const Session::Slide* slide = s.slide() && s.slide()->view == view ? s.slide() : nullptr;
-  std::vector<uint8_t> leaving;
-  if (slide) {
-    leaving.assign(size_t(occ.num_blocks()) * size_t(B), 0);
-    for (size_t i = slide->begin; i < slide->end; ++i)
-      leaving[size_t(t.event(i).from_block) * size_t(B) + size_t(t.event(i).from_slot)] = 1;
-  }
-
-  const bool slots_visible = g.slot_w >= 1.0f;
   for (int b = 0; b < occ.num_blocks(); ++b) {
     const float y0 = g.block_y(b), y1 = y0 + g.slot_h;
     const int owner = occ.owner(b);
@@ -182,28 +175,16 @@ void draw_pool(App& app, int view, ImVec2 size) {
       dl->AddRectFilled({g.slot_x(b, 0), y0}, {g.slot_x(b, B), y1}, palette::kFree);
       continue;
     }
-    if (!slots_visible) {  // too small for slots: the block's share of live slots
+    if (g.slot_w < 1.0f) {  // too small for slots: the block's share of live slots
       const float live = float(occ.live_in_block(b)) / float(B);
       dl->AddRectFilled({g.slot_x(b, 0), y0}, {g.slot_x(b, B), y1},
                         palette::mix(palette::kHole, palette::live(owner, 0, false), live));
       continue;
     }
-    // Runs of equal colour, one rectangle each.
     int run_start = 0;
     uint32_t run_colour = 0;
     for (int j = 0; j <= B; ++j) {
-      uint32_t col = 0;
-      if (j < B) {
-        const int64_t pos = occ.position(b, j);
-        if (slide && leaving[size_t(b) * size_t(B) + size_t(j)]) {
-          col = palette::kHole;
-        } else if (pos == kEmpty) {
-          col = t.used(b, j) ? palette::kHole : palette::kRoom;
-        } else {
-          const auto sc = scores(owner, pos);
-          col = palette::live(owner, sc ? scores.shade(*sc) : 0, sc.has_value());
-        }
-      }
+      const uint32_t col = j < B ? slot_colour(t, scores, leaving, owner, b, j) : 0;
       if (j == B || (j > 0 && col != run_colour)) {
         dl->AddRectFilled({g.slot_x(b, run_start), y0}, {g.slot_x(b, j), y1}, run_colour);
         run_start = j;
@@ -211,22 +192,26 @@ void draw_pool(App& app, int view, ImVec2 size) {
       run_colour = col;
     }
   }
+}
 
-  // Slot edges, where slots are wide enough to count: a block reads as its B slots,
-  // and a run of holes as so many holes.
-  if (g.slot_w >= 8) {
-    const uint32_t edge = palette::alpha(palette::kBackground, 0.6f);
-    for (int b = 0; b < occ.num_blocks(); ++b)
-      for (int j = 1; j < B; ++j) {
-        const float x = g.slot_x(b, j), y = g.block_y(b);
-        dl->AddRectFilled({x, y}, {x + 1, y + g.slot_h}, edge);
-      }
-  }
+// Slot edges, where slots are wide enough to count: a block reads as its B slots,
+// and a run of holes as so many holes.
+void draw_slot_edges(ImDrawList* dl, const PoolGeometry& g, const Occupancy& occ) {
+  if (g.slot_w < 8) return;
+  const uint32_t edge = palette::alpha(palette::kBackground, 0.6f);
+  for (int b = 0; b < occ.num_blocks(); ++b)
+    for (int j = 1; j < occ.block_size(); ++j) {
+      const float x = g.slot_x(b, j), y = g.block_y(b);
+      dl->AddRectFilled({x, y}, {x + 1, y + g.slot_h}, edge);
+    }
+}
 
-  // What just happened, fading: newer events are brighter.
+// What just happened, fading: the events [from, cursor), newer ones brighter; each
+// only while the slot or block still shows its result.
+void draw_flashes(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, size_t from) {
+  const Occupancy& occ = t.occupancy();
   const size_t now = t.cursor();
-  const size_t from = std::max(s.flash_from(view), now > kMaxFlash ? now - kMaxFlash : 0);
-  for (size_t i = from; i < now && slots_visible; ++i) {
+  for (size_t i = from; i < now; ++i) {
     const Event& e = t.event(i);
     const float a = 0.25f + 0.6f * float(i - from + 1) / float(now - from);
     switch (e.kind) {
@@ -244,33 +229,71 @@ void draw_pool(App& app, int view, ImVec2 size) {
         break;
       case EventKind::BlockFreed:
         if (occ.owner(e.block) < 0)
-          dl->AddRect({g.slot_x(e.block, 0) - 1, g.block_y(e.block) - 1}, {g.slot_x(e.block, B) + 1, g.block_y(e.block) + g.slot_h + 1},
+          dl->AddRect({g.slot_x(e.block, 0) - 1, g.block_y(e.block) - 1},
+                      {g.slot_x(e.block, occ.block_size()) + 1, g.block_y(e.block) + g.slot_h + 1},
                       palette::alpha(palette::kFreedEdge, a));
         break;
       default: break;
     }
   }
+}
 
-  // Compaction in flight: each survivor between its slot and its destination.
-  if (slide) {
-    const float k = s.slide_progress();
-    for (size_t i = slide->begin; i < slide->end; ++i) {
-      const Event& e = t.event(i);
-      const ImVec2 a = g.slot_min(e.from_block, e.from_slot), b = g.slot_min(e.block, e.slot);
-      const ImVec2 p{a.x + (b.x - a.x) * k, a.y + (b.y - a.y) * k};
-      const float w = std::max(g.slot_w, 2.0f), h = std::max(g.slot_h, 2.0f);
-      dl->AddLine({a.x + w / 2, a.y + h / 2}, {p.x + w / 2, p.y + h / 2}, palette::alpha(palette::kMoving, 0.18f));
-      dl->AddRectFilled(p, {p.x + w, p.y + h}, palette::kMoving);
-    }
+// Compaction in flight: each survivor of the batch a fraction `k` of the way from
+// its slot to its destination, with a faint line back to where it came from.
+void draw_slide(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, const Session::Slide& slide, float k) {
+  for (size_t i = slide.begin; i < slide.end; ++i) {
+    const Event& e = t.event(i);
+    const ImVec2 a = g.slot_min(e.from_block, e.from_slot), b = g.slot_min(e.block, e.slot);
+    const ImVec2 p{a.x + (b.x - a.x) * k, a.y + (b.y - a.y) * k};
+    const float w = std::max(g.slot_w, 2.0f), h = std::max(g.slot_h, 2.0f);
+    dl->AddLine({a.x + w / 2, a.y + h / 2}, {p.x + w / 2, p.y + h / 2}, palette::alpha(palette::kMoving, 0.18f));
+    dl->AddRectFilled(p, {p.x + w, p.y + h}, palette::kMoving);
   }
+}
+
+void outline_slot(ImDrawList* dl, const PoolGeometry& g, int block, int slot) {
+  const ImVec2 a = g.slot_min(block, slot), b = g.slot_max(block, slot);
+  dl->AddRect({a.x - 2, a.y - 2}, {b.x + 2, b.y + 2}, palette::kHighlight, 0, 0, 2.0f);
+}
+
+}  // namespace
+
+void draw_pool(App& app, int view, ImVec2 size) {
+  const Session& s = *app.session;
+  const Timeline& t = s.view(view);
+  const Occupancy& occ = t.occupancy();
+
+  ImGui::BeginGroup();
+  const float top = ImGui::GetCursorScreenPos().y;
+  header(t, s, view, size.x);
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const ImVec2 area{size.x, std::max(20.0f, size.y - (origin.y - top))};
+  const PoolGeometry g = layout_pool(occ.num_blocks(), occ.block_size(), origin, area);
+  app.pools[view] = g;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+
+  ScoresAt scores(t.run(), t.cursor(), t.counters().next_pos);
+  if (scores.known()) scores.fit(sample_live(occ, 4096));
+
+  // Tokens in flight (compaction sliding): their source slots show as holes.
+  const Session::Slide* slide = s.slide() && s.slide()->view == view ? s.slide() : nullptr;
+  std::vector<uint8_t> leaving;  // [block * block_size + slot], empty when nothing slides
+  if (slide) {
+    leaving.assign(size_t(occ.num_blocks()) * size_t(occ.block_size()), 0);
+    for (size_t i = slide->begin; i < slide->end; ++i)
+      leaving[size_t(t.event(i).from_block) * size_t(occ.block_size()) + size_t(t.event(i).from_slot)] = 1;
+  }
+
+  draw_blocks(dl, g, t, scores, leaving);
+  draw_slot_edges(dl, g, occ);
+  const size_t now = t.cursor();
+  if (g.slot_w >= 1.0f) draw_flashes(dl, g, t, std::max(s.flash_from(view), now > kMaxFlash ? now - kMaxFlash : 0));
+  if (slide) draw_slide(dl, g, t, *slide, s.slide_progress());
 
   // The token under the mouse (in any view, last frame): outlined here too.
   if (app.hovered.token()) {
     const SlotRef r = t.locate(app.hovered.seq, app.hovered.pos);
-    if (r.block >= 0) {
-      const ImVec2 a = g.slot_min(r.block, r.slot), b = g.slot_max(r.block, r.slot);
-      dl->AddRect({a.x - 2, a.y - 2}, {b.x + 2, b.y + 2}, palette::kHighlight, 0, 0, 2.0f);
-    }
+    if (r.block >= 0) outline_slot(dl, g, r.block, r.slot);
   }
 
   ImGui::Dummy(area);
@@ -281,8 +304,7 @@ void draw_pool(App& app, int view, ImVec2 size) {
     app.hover.slot = slot;
     const int64_t pos = occ.position(block, slot);
     if (occ.owner(block) >= 0 && pos != kEmpty) app.hover.seq = occ.owner(block), app.hover.pos = pos;
-    const ImVec2 a = g.slot_min(block, slot), b = g.slot_max(block, slot);
-    dl->AddRect({a.x - 2, a.y - 2}, {b.x + 2, b.y + 2}, palette::kHighlight, 0, 0, 2.0f);
+    outline_slot(dl, g, block, slot);
     tooltip(app, t, block, slot, scores);
   }
   ImGui::EndGroup();
