@@ -238,6 +238,131 @@ int bench() {
   return 0;
 }
 
+// The mouse of --mouse X,Y (pixels of the picture), or nowhere.
+ImVec2 mouse_position(const Args& a, int width, int height) {
+  ImVec2 mouse{-FLT_MAX, -FLT_MAX};
+  if (a.mouse.empty()) return mouse;
+  int used = 0;
+  if (std::sscanf(a.mouse.c_str(), "%f,%f%n", &mouse.x, &mouse.y, &used) != 2 || size_t(used) != a.mouse.size() ||
+      !std::isfinite(mouse.x) || !std::isfinite(mouse.y))
+    fail("--mouse must be X,Y in pixels, got \"" + a.mouse + "\"");
+  if (!(mouse.x >= 0 && mouse.x < width && mouse.y >= 0 && mouse.y < height))
+    fail("--mouse " + a.mouse + " is outside the " + std::to_string(width) + "x" + std::to_string(height) +
+         " picture: X from 0 to " + std::to_string(width - 1) + ", Y from 0 to " + std::to_string(height - 1));
+  return mouse;
+}
+
+// A GLFW window with an OpenGL 3 context (a hidden 64x64 one for a screenshot, which
+// draws into its own framebuffer), and Dear ImGui set up on it.
+GLFWwindow* open_window(App& app, int width, int height, bool headless) {
+  glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
+  if (!glfwInit())
+    fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`", 2);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 2);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
+  if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
+  const std::string title = "kvscope-viz: " + app.scenario;
+  GLFWwindow* window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
+  const char* glsl = "#version 150";
+  if (!window) {  // no 3.2 core profile: try whatever the driver gives
+    glfwDefaultWindowHints();
+    if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
+    window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
+    glsl = "#version 130";
+  }
+  if (!window) fail("cannot create an OpenGL 3 window", 2);
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(1);
+
+  ImGui::CreateContext();
+  ImGui::GetIO().IniFilename = nullptr;
+  fonts(app);
+  style(1.0f);
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init(glsl);
+  return window;
+}
+
+void close_window(GLFWwindow* window) {
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+}
+
+// The frame ImGui built, drawn into the bound framebuffer on the background colour.
+void render(int width, int height) {
+  glViewport(0, 0, width, height);
+  const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
+  glClearColor(bg.x, bg.y, bg.z, 1);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+}
+
+// --screenshot: --frames frames into an offscreen framebuffer (playing at 60 frames a
+// second with --play, else standing still), the last one written as a PNG; with
+// --verify, read back and checked. The exit code.
+int write_screenshot(App& app, const Args& a, int width, int height, ImVec2 mouse) {
+  ImGuiIO& io = ImGui::GetIO();
+  Offscreen target;
+  if (const std::string err = target.create(width, height); !err.empty()) fail(err);
+  if (a.play) app.session->toggle_play();
+  for (int f = 0; f < a.frames; ++f) {
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    io.DisplaySize = {float(width), float(height)};
+    io.DisplayFramebufferScale = {1, 1};
+    io.DeltaTime = 1.0f / 60;
+    io.MousePos = mouse;
+    ImGui::NewFrame();
+    app.frame(a.play ? 1.0f / 60 : 0.0f);
+    ImGui::Render();
+    target.bind();
+    render(width, height);
+  }
+  glFinish();
+  if (const std::string err = write_png(a.screenshot, target.read(), width, height); !err.empty()) fail(err);
+  target.unbind();
+  std::printf("%s\nwrote %s (%dx%d, %s)\n", app.headline().c_str(), a.screenshot.c_str(), width, height,
+              app.session->phase(app.session->primary()).c_str());
+  if (!a.verify) return 0;
+  int w = 0, h = 0;
+  const std::vector<uint8_t> back = read_png(a.screenshot, w, h);
+  if (back.empty() || w != width || h != height) fail(a.screenshot + ": cannot read the PNG back");
+  bool ok = false;
+  std::fputs(app.verify(back, w, h, ok).c_str(), stdout);
+  return ok ? 0 : 1;
+}
+
+// The window until it is closed, at most 60 frames a second.
+void run_window(App& app, const Args& a, GLFWwindow* window) {
+  if (a.at.empty()) app.session->toggle_play();  // from the start; with --at, paused there
+  auto last = std::chrono::steady_clock::now();
+  while (!glfwWindowShouldClose(window)) {
+    // At most 60 frames a second, even where the swap does not wait for the screen (Xvfb).
+    std::this_thread::sleep_until(last + std::chrono::microseconds(16000));
+    last = std::chrono::steady_clock::now();
+    // Idle (paused, nothing moving, nothing recording): wait for input instead of spinning.
+    const bool busy = app.session->playing || app.session->slide() || app.pending.valid();
+    if (busy)
+      glfwPollEvents();
+    else
+      glfwWaitEventsTimeout(0.25);
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    ImGui::NewFrame();
+    app.frame(std::min(ImGui::GetIO().DeltaTime, 0.1f));
+    ImGui::Render();
+    int fw = 0, fh = 0;
+    glfwGetFramebufferSize(window, &fw, &fh);
+    render(fw, fh);
+    glfwSwapBuffers(window);
+  }
+}
+
 int run(const Args& a) {
   if (a.list) {
     for (const Scenario& s : scenarios()) std::printf("%-20s %s\n", s.name.c_str(), s.summary.c_str());
@@ -271,112 +396,15 @@ int run(const Args& a) {
 
   // Where the clock stands, and where the mouse points: checked before a display is opened.
   if (headless || !a.at.empty()) place(*app.session, a.play && a.at.empty() ? "start" : a.at);
-  ImVec2 mouse{-FLT_MAX, -FLT_MAX};
-  int used = 0;
-  if (!a.mouse.empty() && (std::sscanf(a.mouse.c_str(), "%f,%f%n", &mouse.x, &mouse.y, &used) != 2 ||
-                           size_t(used) != a.mouse.size() || !std::isfinite(mouse.x) || !std::isfinite(mouse.y)))
-    fail("--mouse must be X,Y in pixels, got \"" + a.mouse + "\"");
-  if (!a.mouse.empty() && !(mouse.x >= 0 && mouse.x < width && mouse.y >= 0 && mouse.y < height))
-    fail("--mouse " + a.mouse + " is outside the " + std::to_string(width) + "x" + std::to_string(height) +
-         " picture: X from 0 to " + std::to_string(width - 1) + ", Y from 0 to " + std::to_string(height - 1));
+  const ImVec2 mouse = mouse_position(a, width, height);
 
-  glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
-  if (!glfwInit())
-    fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`", 2);
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 2);
-  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
-  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
-  if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
-  const std::string title = "kvscope-viz: " + app.scenario;
-  GLFWwindow* window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
-  const char* glsl = "#version 150";
-  if (!window) {  // no 3.2 core profile: try whatever the driver gives
-    glfwDefaultWindowHints();
-    if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
-    window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
-    glsl = "#version 130";
-  }
-  if (!window) fail("cannot create an OpenGL 3 window", 2);
-  glfwMakeContextCurrent(window);
-  glfwSwapInterval(1);
-
-  ImGui::CreateContext();
-  ImGuiIO& io = ImGui::GetIO();
-  io.IniFilename = nullptr;
-  fonts(app);
-  style(1.0f);
-  ImGui_ImplGlfw_InitForOpenGL(window, true);
-  ImGui_ImplOpenGL3_Init(glsl);
-
+  GLFWwindow* window = open_window(app, width, height, headless);
   int code = 0;
-  if (headless) {
-    Offscreen target;
-    if (const std::string err = target.create(width, height); !err.empty()) fail(err);
-    if (a.play) app.session->toggle_play();
-    for (int f = 0; f < a.frames; ++f) {
-      ImGui_ImplOpenGL3_NewFrame();
-      ImGui_ImplGlfw_NewFrame();
-      io.DisplaySize = {float(width), float(height)};
-      io.DisplayFramebufferScale = {1, 1};
-      io.DeltaTime = 1.0f / 60;
-      io.MousePos = mouse;
-      ImGui::NewFrame();
-      app.frame(a.play ? 1.0f / 60 : 0.0f);
-      ImGui::Render();
-      target.bind();
-      glViewport(0, 0, width, height);
-      const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
-      glClearColor(bg.x, bg.y, bg.z, 1);
-      glClear(GL_COLOR_BUFFER_BIT);
-      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-    }
-    glFinish();
-    if (const std::string err = write_png(a.screenshot, target.read(), width, height); !err.empty()) fail(err);
-    target.unbind();
-    std::printf("%s\nwrote %s (%dx%d, %s)\n", app.headline().c_str(), a.screenshot.c_str(), width, height,
-                app.session->phase(app.session->primary()).c_str());
-    if (a.verify) {
-      int w = 0, h = 0;
-      const std::vector<uint8_t> back = read_png(a.screenshot, w, h);
-      if (back.empty() || w != width || h != height) fail(a.screenshot + ": cannot read the PNG back");
-      bool ok = false;
-      std::fputs(app.verify(back, w, h, ok).c_str(), stdout);
-      code = ok ? 0 : 1;
-    }
-  } else {
-    if (a.at.empty()) app.session->toggle_play();  // from the start; with --at, paused there
-    auto last = std::chrono::steady_clock::now();
-    while (!glfwWindowShouldClose(window)) {
-      // At most 60 frames a second, even where the swap does not wait for the screen (Xvfb).
-      std::this_thread::sleep_until(last + std::chrono::microseconds(16000));
-      last = std::chrono::steady_clock::now();
-      // Idle (paused, nothing moving, nothing recording): wait for input instead of spinning.
-      const bool busy = app.session->playing || app.session->slide() || app.pending.valid();
-      if (busy)
-        glfwPollEvents();
-      else
-        glfwWaitEventsTimeout(0.25);
-      ImGui_ImplOpenGL3_NewFrame();
-      ImGui_ImplGlfw_NewFrame();
-      ImGui::NewFrame();
-      app.frame(std::min(io.DeltaTime, 0.1f));
-      ImGui::Render();
-      int fw = 0, fh = 0;
-      glfwGetFramebufferSize(window, &fw, &fh);
-      glViewport(0, 0, fw, fh);
-      const ImVec4 bg = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
-      glClearColor(bg.x, bg.y, bg.z, 1);
-      glClear(GL_COLOR_BUFFER_BIT);
-      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
-      glfwSwapBuffers(window);
-    }
-  }
-  ImGui_ImplOpenGL3_Shutdown();
-  ImGui_ImplGlfw_Shutdown();
-  ImGui::DestroyContext();
-  glfwDestroyWindow(window);
-  glfwTerminate();
+  if (headless)
+    code = write_screenshot(app, a, width, height, mouse);
+  else
+    run_window(app, a, window);
+  close_window(window);
   return code;
 }
 
