@@ -168,6 +168,52 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
           {"runs", rows}};
 }
 
+// The model served: --model's, or with --config random bf16 weights of that shape,
+// cut to its first --layers layers.
+Model served_model(const ServeBenchArgs& a) {
+  if (a.config.empty()) return load_model(a.model_dir);
+  ModelConfig shape = load_config_file(a.config);
+  if (a.layers > shape.num_layers)
+    throw Error("--layers " + std::to_string(a.layers) + ": " + a.config + " has only " +
+                std::to_string(shape.num_layers) + " layers");
+  if (a.layers > 0) shape.num_layers = a.layers;
+  std::fprintf(stderr, "building a random bf16 model of %s's shape (%s)...\n", a.config.c_str(),
+               plural(shape.num_layers, "layer").c_str());
+  return random_model(shape, DType::BF16, a.seed);
+}
+
+// The lines above the table: the model and the requests, the pool, eviction, the machine.
+void print_setup(const ServeBenchArgs& a, const std::string& model_name, const std::string& text, size_t block_bytes) {
+  const int full_blocks = (a.prompt_len + a.output_len - 1 + a.block_size - 1) / a.block_size;
+  std::printf("kvscope serve-bench: %s, %s of %d prompt + %s (prompts: %s), greedy\n",
+              model_name.c_str(), plural(a.requests, "request").c_str(), a.prompt_len,
+              plural(a.output_len, "new token").c_str(),
+              text.empty() ? "random token ids" : shown_path(text).c_str());
+  std::printf("pool: %s of %s (%.2f MB of K/V); a request's whole context takes %s, so %d fit without eviction\n",
+              plural(a.blocks, "block").c_str(), plural(a.block_size, "token").c_str(),
+              double(a.blocks) * block_bytes / 1e6, plural(full_blocks, "block").c_str(), a.blocks / full_blocks);
+  const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
+  if (evicts)
+    std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
+                "prefill in chunks of %d\n",
+                a.policy.c_str(), a.budget, a.slack, a.sinks, a.recent, a.chunk);
+  else
+    std::printf("eviction: none (--strategies none); prefill in chunks of %d\n", a.chunk);
+  const int threads = omp_get_max_threads();
+  std::printf("machine: %s, %s%s\n\n", cpu_name().c_str(), plural(threads, "thread").c_str(),
+              a.device == "cuda" ? ("; the model runs on " + gpu_name()).c_str() : "");
+  std::fflush(stdout);
+}
+
+// One line on stderr, redrawn in place: the strategy, the run, the requests done.
+void print_progress(const std::string& strategy, int run, int runs, int done, int total, double seconds) {
+  const int width = 30, filled = width * done / total;
+  std::fprintf(stderr, "\rserve-bench %-7s run %d/%d [%s%s] %d/%d requests, %.0f s", strategy.c_str(), run, runs,
+               std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(), done, total,
+               seconds);
+  std::fflush(stderr);
+}
+
 void run_serve_bench(const ServeBenchArgs& a) {
   check_distinct(a.strategies, "--strategies");
   set_threads(a.threads);
@@ -179,17 +225,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   if (!random) check_model_present(a.model_dir);
   check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
   check_requests_fit_in_memory(a);
-  const Model model = [&] {
-    if (!random) return load_model(a.model_dir);
-    ModelConfig shape = load_config_file(a.config);
-    if (a.layers > shape.num_layers)
-      throw Error("--layers " + std::to_string(a.layers) + ": " + a.config + " has only " +
-                  std::to_string(shape.num_layers) + " layers");
-    if (a.layers > 0) shape.num_layers = a.layers;
-    std::fprintf(stderr, "building a random bf16 model of %s's shape (%s)...\n", a.config.c_str(),
-                 plural(shape.num_layers, "layer").c_str());
-    return random_model(shape, DType::BF16, a.seed);
-  }();
+  const Model model = served_model(a);
   print_warnings(model.warnings);
   const ModelConfig& c = model.config;
   const std::string model_name =
@@ -218,25 +254,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
   serve.chunk = a.chunk;
 
   const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
-  const int full_blocks = (a.prompt_len + a.output_len - 1 + a.block_size - 1) / a.block_size;
-  std::printf("kvscope serve-bench: %s, %s of %d prompt + %s (prompts: %s), greedy\n",
-              model_name.c_str(), plural(a.requests, "request").c_str(), a.prompt_len,
-              plural(a.output_len, "new token").c_str(),
-              text.empty() ? "random token ids" : shown_path(text).c_str());
-  std::printf("pool: %s of %s (%.2f MB of K/V); a request's whole context takes %s, so %d fit without eviction\n",
-              plural(a.blocks, "block").c_str(), plural(a.block_size, "token").c_str(),
-              double(a.blocks) * block_bytes / 1e6, plural(full_blocks, "block").c_str(), a.blocks / full_blocks);
-  const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
-  if (evicts)
-    std::printf("eviction: policy %s, budget %d tokens per sequence (rounds at +%d), sinks %d, recent %d; "
-                "prefill in chunks of %d\n",
-                a.policy.c_str(), a.budget, a.slack, a.sinks, a.recent, a.chunk);
-  else
-    std::printf("eviction: none (--strategies none); prefill in chunks of %d\n", a.chunk);
-  const int threads = omp_get_max_threads();
-  std::printf("machine: %s, %s%s\n\n", cpu_name().c_str(), plural(threads, "thread").c_str(),
-              a.device == "cuda" ? ("; the model runs on " + gpu_name()).c_str() : "");
-  std::fflush(stdout);
+  print_setup(a, model_name, text, block_bytes);
 
   EventLog events;  // of the last strategy's first run, when --trace is given
   const auto write_the_trace = [&](const std::vector<Request>& requests) {
@@ -267,13 +285,9 @@ void run_serve_bench(const ServeBenchArgs& a) {
       const bool record = !a.trace.empty() && i + 1 == a.strategies.size() && r == 0;
       const auto t0 = std::chrono::steady_clock::now();
       const auto progress = [&](int done, int total) {
-        if (!bar) return;
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const int width = 30, filled = width * done / total;
-        std::fprintf(stderr, "\rserve-bench %-7s run %d/%d [%s%s] %d/%d requests, %.0f s", strategy.c_str(), r + 1,
-                     a.repeat, std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
-                     done, total, dt);
-        std::fflush(stderr);
+        if (bar)
+          print_progress(strategy, r + 1, a.repeat, done, total,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       };
       ServeRun run;
       std::vector<Request> stopped;  // the requests as they stood, when a step is refused
