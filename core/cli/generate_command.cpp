@@ -132,6 +132,48 @@ void check_args(const GenerateArgs& a) {
   if (!a.trace.empty()) check_writable(a.trace);
 }
 
+// The prompt's token ids: the text as given, or with --chat as a ChatML user message,
+// with the model's BOS first if it has one.
+std::vector<int> prompt_ids(const GenerateArgs& a, const Tokenizer& tokenizer) {
+  // ChatML's markers must be tokens of their own; otherwise they would be read as plain text.
+  if (a.chat && !(tokenizer.token_id("<|im_start|>") && tokenizer.token_id("<|im_end|>")))
+    throw Error("--chat: " + shown_path(tokenizer.path()) +
+                " has no <|im_start|> and <|im_end|> tokens: the model was not trained on ChatML (drop --chat)");
+  const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
+  const std::vector<int> ids = tokenizer.encode(text);
+  if (ids.empty()) throw Error("the prompt is empty");
+  return tokenizer.with_special_tokens(ids);
+}
+
+// The flags as GenerateOptions: sampling, stopping, the cache (block size, memory
+// strategy, the pool's blocks) and eviction (schedule, policy). Warns when the
+// schedule would never start a round in this run.
+GenerateOptions generate_options(const GenerateArgs& a, const Model& model, const Tokenizer& tokenizer,
+                                 size_t prompt_tokens) {
+  const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};  // validated by check_args
+  if (schedule.enabled() && schedule.round_starts_at() > tokens_fed(prompt_tokens, a.n))
+    print_warnings({"--budget " + std::to_string(a.budget) + " + --slack " + std::to_string(a.slack) + " = " +
+                    std::to_string(schedule.round_starts_at()) + " live tokens start a round, and this run feeds " +
+                    tokens_fed_text(prompt_tokens, a.n) + ": nothing will be evicted"});
+  GenerateOptions options;
+  options.max_new_tokens = a.n;
+  options.sampler = {a.temperature, a.top_k, a.top_p, a.seed};
+  options.stop_ids = model.config.eos_token_ids;
+  options.vocab_limit = tokenizer.vocab_size();
+  options.engine.block_size = a.block_size;
+  options.engine.strategy = parse_strategy(a.strategy);
+  options.engine.schedule = schedule;
+  std::string calibration = a.calibration;   // default: the model folder's, if it has one
+  if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
+    calibration = a.model_dir + "/triattention-calibration.json";
+  if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, calibration, model.config);
+  options.engine.num_blocks =
+      a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))
+                         : int((prompt_tokens + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
+  if (a.kv_memory_mb > 0) check_pool_holds_the_run(a, options.engine.num_blocks, prompt_tokens);
+  return options;
+}
+
 void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
   check_args(a);
@@ -140,37 +182,9 @@ void run_generate(const GenerateArgs& a) {
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   print_warnings(model.warnings);
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
-
-  // ChatML's markers must be tokens of their own; otherwise they would be read as plain text.
-  if (a.chat && !(tokenizer.token_id("<|im_start|>") && tokenizer.token_id("<|im_end|>")))
-    throw Error("--chat: " + shown_path(tokenizer.path()) +
-                " has no <|im_start|> and <|im_end|> tokens: the model was not trained on ChatML (drop --chat)");
-  const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
-  if (tokenizer.encode(text).empty()) throw Error("the prompt is empty");
-  const std::vector<int> prompt = tokenizer.with_special_tokens(tokenizer.encode(text));  // BOS first, if the model has one
-  const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};  // validated by check_args
-  if (schedule.enabled() && schedule.round_starts_at() > tokens_fed(prompt.size(), a.n))
-    print_warnings({"--budget " + std::to_string(a.budget) + " + --slack " + std::to_string(a.slack) + " = " +
-                    std::to_string(schedule.round_starts_at()) + " live tokens start a round, and this run feeds " +
-                    tokens_fed_text(prompt.size(), a.n) + ": nothing will be evicted"});
-
-  GenerateOptions options;
-  options.max_new_tokens = a.n;
-  options.sampler = {a.temperature, a.top_k, a.top_p, a.seed};
-  options.stop_ids = model.config.eos_token_ids;
-  options.vocab_limit = tokenizer.vocab_size();
-  options.engine.block_size = a.block_size;
-  options.engine.strategy = parse_strategy(a.strategy);
+  const std::vector<int> prompt = prompt_ids(a, tokenizer);
+  GenerateOptions options = generate_options(a, model, tokenizer, prompt.size());
   options.engine.backend = backend;
-  options.engine.schedule = schedule;
-  std::string calibration = a.calibration;   // default: the model folder's, if it has one
-  if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
-    calibration = a.model_dir + "/triattention-calibration.json";
-  if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, calibration, model.config);
-  options.engine.num_blocks =
-      a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))
-                         : int((prompt.size() + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
-  if (a.kv_memory_mb > 0) check_pool_holds_the_run(a, options.engine.num_blocks, prompt.size());
   EventLog events;
   if (!a.trace.empty()) options.events = &events;
 
