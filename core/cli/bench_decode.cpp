@@ -45,18 +45,15 @@ struct Row {
   double prefill_tps, decode_tps, bytes_per_token, limit_tps, peak_bytes;
 };
 
-void run_bench(const BenchArgs& a) {
-  check_distinct(a.threads, "--threads");
-  warn_if_more_than_cores(*std::max_element(a.threads.begin(), a.threads.end()));
-  check_distinct(a.weights, "--weights");
-  const ModelConfig config = load_config_file(a.config);
-  const int decode_context = 16;  // decode starts after a short prompt (below)
+// The run fits the model's positions, and the bandwidth probe's array fits the
+// memory (at least 1 MB, at most half: the model needs the rest); a probe the L3
+// cache could hold is a warning.
+void check_bench_args(const BenchArgs& a, const ModelConfig& config, int decode_context) {
   const int64_t longest = std::max<int64_t>(a.prompt_tokens, decode_context + int64_t(a.decode_tokens));  // no int overflow
   if (longest > config.max_position_embeddings)
     throw Error("bench decode: " + std::to_string(longest) + " tokens (--prompt-tokens, or 16 + --decode-tokens) " +
                 "exceed the model's max_position_embeddings (" + std::to_string(config.max_position_embeddings) +
                 ")");
-  // The probe's array: at least 1 MB, at most half of the memory (the model needs the rest).
   const double ram_gib = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / double(1u << 30);
   if (!(a.bandwidth_gib >= 0.001 && a.bandwidth_gib <= ram_gib / 2)) {
     char message[160];
@@ -76,6 +73,59 @@ void run_bench(const BenchArgs& a) {
                   a.bandwidth_gib, double(l3_bytes) / double(1u << 20));
     print_warnings({message});
   }
+}
+
+// One prefill of the first n tokens of `prompt` into a fresh cache, in tokens/s.
+double prefill_tokens_per_second(const Model& model, const std::vector<int>& prompt, int n) {
+  PagedKvCache cache((n + 15) / 16, 16, MemoryStrategy::HolesOnly);
+  KvStorage kv(model.config, cache.num_blocks(), 16);
+  RunState s;
+  const double t0 = now_seconds();
+  forward(model, cache, kv, cache.add_sequence(), s, prompt.data(), n);
+  return n / (now_seconds() - t0);
+}
+
+// n decode steps after a prefill of `context` tokens (not timed), in tokens/s. Each
+// token depends on the last logits, so no step can be skipped or reordered.
+double decode_tokens_per_second(const Model& model, const std::vector<int>& prompt, int context, int n) {
+  const int vocab = model.config.vocab_size;
+  PagedKvCache cache((context + n + 15) / 16, 16, MemoryStrategy::HolesOnly);
+  KvStorage kv(model.config, cache.num_blocks(), 16);
+  const int seq = cache.add_sequence();
+  RunState s;
+  const float* logits = forward(model, cache, kv, seq, s, prompt.data(), context);
+  int token = 0;
+  const double t0 = now_seconds();
+  for (int i = 0; i < n; ++i) {
+    token = int((token + 1 + (logits[i % vocab] > 0)) % vocab);
+    logits = forward(model, cache, kv, seq, s, &token, 1);
+  }
+  return n / (now_seconds() - t0);
+}
+
+// The table, and what its limit means. kv_bytes: the K/V bytes of one decode step at
+// the mean context, counted in "GB read per token" but not in the limit.
+void print_decode_table(const std::vector<Row>& rows, int prompt_tokens, double kv_bytes, int context_from,
+                        int context_to) {
+  std::printf("\n| weights | threads | prefill tok/s (%d-token prompt) | decode tok/s | GB read per token | bandwidth limit tok/s | decode / limit | peak memory |\n",
+              prompt_tokens);
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %d | %.1f | %.2f | %.3f | %.2f | %.0f%% | %.2f GB |\n", r.weights.c_str(), r.threads, r.prefill_tps,
+                r.decode_tps, r.bytes_per_token / 1e9, r.limit_tps, 100 * r.decode_tps / r.limit_tps, r.peak_bytes / 1e9);
+  const double kv_share = rows.empty() ? 0 : rows.back().bytes_per_token / double(rows.back().bytes_per_token - kv_bytes) - 1;
+  std::printf("\nlimit = DRAM read bandwidth / bytes of the weight matrices. Decode runs at a %d-%d token context,\n"
+              "where the K/V cache adds %.1f%% to the bytes read per token (in the GB column, not in the limit).\n",
+              context_from, context_to, 100 * kv_share);
+}
+
+void run_bench(const BenchArgs& a) {
+  check_distinct(a.threads, "--threads");
+  warn_if_more_than_cores(*std::max_element(a.threads.begin(), a.threads.end()));
+  check_distinct(a.weights, "--weights");
+  const ModelConfig config = load_config_file(a.config);
+  const int decode_context = 16;  // decode starts after a short prompt (below)
+  check_bench_args(a, config, decode_context);
 
   std::printf("kvscope bench: %s (%s parameters), random weights\n", shown_path(a.config).c_str(),
               params_text(config.parameter_count()).c_str());
@@ -117,28 +167,8 @@ void run_bench(const BenchArgs& a) {
       std::fprintf(stderr, "%s, %d thread(s): prefill %d tokens, decode %d tokens...\n", wf.c_str(), a.threads[ti],
                    a.prompt_tokens, a.decode_tokens);
       Row r{wf, a.threads[ti], 0, 0, 0, 0, 0};
-      {
-        PagedKvCache cache((a.prompt_tokens + 15) / 16, 16, MemoryStrategy::HolesOnly);
-        KvStorage kv(config, cache.num_blocks(), 16);
-        RunState s;
-        double t0 = now_seconds();
-        forward(model, cache, kv, cache.add_sequence(), s, prompt.data(), a.prompt_tokens);
-        r.prefill_tps = a.prompt_tokens / (now_seconds() - t0);
-      }
-      {
-        PagedKvCache cache((decode_context + a.decode_tokens + 15) / 16, 16, MemoryStrategy::HolesOnly);
-        KvStorage kv(config, cache.num_blocks(), 16);
-        const int seq = cache.add_sequence();
-        RunState s;
-        const float* logits = forward(model, cache, kv, seq, s, prompt.data(), decode_context);
-        int token = 0;
-        double t0 = now_seconds();
-        for (int i = 0; i < a.decode_tokens; ++i) {
-          token = int((token + 1 + (logits[i % config.vocab_size] > 0)) % config.vocab_size);
-          logits = forward(model, cache, kv, seq, s, &token, 1);
-        }
-        r.decode_tps = a.decode_tokens / (now_seconds() - t0);
-      }
+      r.prefill_tps = prefill_tokens_per_second(model, prompt, a.prompt_tokens);
+      r.decode_tps = decode_tokens_per_second(model, prompt, decode_context, a.decode_tokens);
       // Bytes one decode step reads: every matrix once (lm_head once when tied) and the K/V cache.
       r.bytes_per_token = double(model.weights.matrix_bytes()) + kv_bytes;
       r.limit_tps = bandwidth[ti] * 1e9 / double(model.weights.matrix_bytes());
@@ -149,16 +179,7 @@ void run_bench(const BenchArgs& a) {
       if (r.weights == wf) r.peak_bytes = peak;
   }
 
-  std::printf("\n| weights | threads | prefill tok/s (%d-token prompt) | decode tok/s | GB read per token | bandwidth limit tok/s | decode / limit | peak memory |\n",
-              a.prompt_tokens);
-  std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows)
-    std::printf("| %s | %d | %.1f | %.2f | %.3f | %.2f | %.0f%% | %.2f GB |\n", r.weights.c_str(), r.threads, r.prefill_tps,
-                r.decode_tps, r.bytes_per_token / 1e9, r.limit_tps, 100 * r.decode_tps / r.limit_tps, r.peak_bytes / 1e9);
-  const double kv_share = rows.empty() ? 0 : rows.back().bytes_per_token / double(rows.back().bytes_per_token - kv_bytes) - 1;
-  std::printf("\nlimit = DRAM read bandwidth / bytes of the weight matrices. Decode runs at a %d-%d token context,\n"
-              "where the K/V cache adds %.1f%% to the bytes read per token (in the GB column, not in the limit).\n",
-              decode_context, decode_context + a.decode_tokens, 100 * kv_share);
+  print_decode_table(rows, a.prompt_tokens, kv_bytes, decode_context, decode_context + a.decode_tokens);
 }
 
 }  // namespace
