@@ -23,6 +23,7 @@
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 #include "util/max_abs_diff.h"
 
 namespace kvscope {
@@ -501,6 +502,29 @@ TEST(Readme, ServeBenchTableMatchesARerun) {
       EXPECT_EQ(cell(quoted, s, column), cell(r.output, s, column)) << s << ", column " << column << "\n" << r.output;
   }
   EXPECT_EQ(rows, 4);
+}
+
+// The prose under the README's serve-bench table reads its numbers off that table
+// (which the test above checks against a rerun): a new table must bring new prose.
+TEST(Readme, ServeBenchProseQuotesItsTable) {
+  std::string readme = read_file(test::source_path("README.md"));
+  const size_t from = readme.find("<!-- serve-table: "), to = readme.find("<!-- /serve-table", from);
+  ASSERT_NE(to, std::string::npos);
+  const std::string table = readme.substr(from, to - from);
+  std::replace(readme.begin(), readme.end(), '\n', ' ');  // the prose wraps anywhere
+  const auto quoted = [&](const std::string& s) { EXPECT_NE(readme.find(s), std::string::npos) << "README: " << s; };
+  const auto number = [&](const char* strategy, int column) { return std::stod(cell(table, strategy, column)); };
+  const auto whole = [&](const char* strategy, int column) { return commas(int64_t(number(strategy, column))); };
+
+  quoted("preempted as they grow (" + whole("none", 4) + " times)");
+  quoted("requests are preempted " + whole("holes", 4) + " times, " + whole("holes", 5) + " tokens recomputed");
+  quoted(whole("compact", 1) + " sequences at once instead of " + whole("holes", 1) + " (" +
+         cell(table, "compact", 2) + " against " + cell(table, "holes", 2) + " on average)");
+  EXPECT_EQ(number("compact", 4), 0);  // "no preemption"
+  quoted("no preemption, about a third of the steps, for " + fmt("%.0f", number("compact", 7)) + " MB of K/V moved");
+  EXPECT_NEAR(number("compact", 8) / number("holes", 8), 1.0 / 3, 0.05) << "\"about a third of the steps\"";
+  quoted("(" + fmt("%.1f", number("compact", 3) / number("holes", 3)) + "x for " +
+         fmt("%.1f", number("compact", 2) / number("holes", 2)) + "x)");
 }
 
 }  // namespace
