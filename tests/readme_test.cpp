@@ -3,6 +3,7 @@
 // it shows, and every test the docs cite real.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <set>
@@ -13,6 +14,7 @@
 #include "run_kvscope.h"
 #include "test_paths.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope {
 namespace {
@@ -148,6 +150,47 @@ TEST(Readme, EveryTutorialChapterIsListed) {
   }
   EXPECT_NE(readme.find("tutorials 1-" + std::to_string(chapters.size()) + ","), std::string::npos)
       << "the status box does not count " << chapters.size() << " tutorials";
+}
+
+// The cells of the first table row of `text` that starts with `start` ("| bf16 | 2 |").
+std::vector<std::string> row_cells(const std::string& text, const std::string& start) {
+  const size_t at = text.find("\n" + start);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no row " << start;
+    return {};
+  }
+  std::vector<std::string> cells;
+  std::istringstream row(text.substr(at + 2, text.find('\n', at + 1) - at - 2));
+  for (std::string c; std::getline(row, c, '|');) cells.push_back(c.substr(1, c.size() - 2));
+  return cells;
+}
+
+// The prose of "Benchmarks" reads its numbers off the tables it sits under: a new
+// record must bring new prose.
+TEST(Readme, BenchmarkProseQuotesItsTables) {
+  std::string readme = read_file(test::source_path("README.md"));
+  const auto cell = [&](const std::string& row, size_t column) { return row_cells(readme, row).at(column); };
+  const auto ratio = [&](const std::string& a, const std::string& b, size_t column) {
+    return std::stod(cell(a, column)) / std::stod(cell(b, column));
+  };
+  // bench decode: decode / limit (column 6) and prefill tokens/s (column 2).
+  const std::string decode = "one thread at " + cell("| bf16 | 1 |", 6) + " (bf16) and " + cell("| f32 | 1 |", 6) +
+                             " (f32) of it";
+  const std::string two = "at 2 threads " + cell("| f32 | 2 |", 6) + " of it with f32 weights and " +
+                          cell("| bf16 | 2 |", 6) + " of the (twice higher) bf16 limit";
+  const std::string prefill = "two threads run it " + fmt("%.1f", ratio("| bf16 | 2 |", "| bf16 | 1 |", 2)) +
+                              "x (bf16) to " + fmt("%.1f", ratio("| f32 | 2 |", "| f32 | 1 |", 2)) + "x (f32)";
+  // bench attention: eager / flash (column 4) and the flash path's extra memory (column 5).
+  double flash_memory = 0;
+  for (const char* context : {"1024", "4096", "16384"})
+    for (const char* queries : {"1", "256"})
+      flash_memory = std::max(flash_memory, std::stod(cell("| " + std::string(context) + " | " + queries + " |", 5)));
+  const std::string attention = "flash is " + fmt("%.1f", std::stod(cell("| 16384 | 256 |", 4))) +
+                                "x faster than eager for 256 queries over 16K tokens and holds " +
+                                fmt("%.1f", flash_memory) + " MB or less";
+  std::replace(readme.begin(), readme.end(), '\n', ' ');  // the prose wraps anywhere
+  for (const std::string& s : {decode, two, prefill, attention})
+    EXPECT_NE(readme.find(s), std::string::npos) << "README: " << s;
 }
 
 // The text of every `code span`: from each backtick to the next, the spans `accept`
