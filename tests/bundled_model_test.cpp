@@ -131,7 +131,8 @@ TEST(BundledModel, CardSaysWhatItsFilesHold) {
   in_readme("`assets/model` is a tiny Qwen3 (" + std::to_string(c.num_layers) + " layers, " +
             fmt("%.1f", double(c.parameter_count()) / 1e6) + "M parameters, bf16, " + fmt("%.1f", megabytes) + " MB)");
   in_readme("trained for " + fmt("%.0f", training["minutes"].get<double>()) + " minutes on two CPU cores");
-  in_readme("held-out\nperplexity " + fmt("%.1f", training["heldout_perplexity"].get<double>()) + ".");
+  in_readme("held-out\nperplexity " + fmt("%.1f", training["heldout_perplexity"].get<double>()) + " (");
+  in_readme("so the full cache's is not the card's " + fmt("%.1f", training["heldout_perplexity"].get<double>()) + ".");
 }
 
 }  // namespace
