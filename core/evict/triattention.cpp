@@ -449,6 +449,29 @@ double TriScorer::norm(int layer, int head, const float* key) const {
   return s;
 }
 
+// r = (r - mean(r)) / sd(r) over the n live keys: one query head's scores on a common
+// scale. A head whose scores are all equal (sd ~ 0) gives zeros.
+static void z_normalise(double* r, int n) {
+  double mean = 0, var = 0;
+  for (int j = 0; j < n; ++j) mean += r[j];
+  mean /= n;
+  for (int j = 0; j < n; ++j) var += (r[j] - mean) * (r[j] - mean);
+  const double sd = std::sqrt(var / n);
+  const double inv = sd > 1e-9 * std::max(1.0, std::abs(mean)) ? 1.0 / sd : 0.0;
+  for (int j = 0; j < n; ++j) r[j] = (r[j] - mean) * inv;
+}
+
+// out[j] += mean over the K KV heads of (max over the G query heads of its group of raw[h][j]).
+//   raw: [K * G, n]   out: [n]
+static void add_mean_of_group_max(double* out, const double* raw, int K, int G, int n) {
+  for (int g = 0; g < K; ++g)
+    for (int j = 0; j < n; ++j) {
+      double m = raw[size_t(g * G) * n + j];
+      for (int h = g * G + 1; h < (g + 1) * G; ++h) m = std::max(m, raw[size_t(h) * n + j]);
+      out[j] += m / K;
+    }
+}
+
 std::vector<float> triattention_scores(const TriCalibration& cal, const ScoreContext& ctx) {
   if ((!ctx.kv && !ctx.backend) || !ctx.slots || !ctx.config)
     throw Error("triattention: the score context carries no cached keys (kv or backend, slots and config are needed)");
@@ -486,25 +509,8 @@ std::vector<float> triattention_scores(const TriCalibration& cal, const ScoreCon
     std::vector<double> raw(size_t(H) * n);  // [H, n] in ctx.pos order
     for (int h = 0; h < H; ++h)
       for (int i = 0; i < n; ++i) raw[size_t(h) * n + where[i]] = table_raw[(size_t(l) * H + h) * n + i];
-    // z-normalise each query head over the live keys.
-    for (int h = 0; h < H; ++h) {
-      double* r = raw.data() + size_t(h) * n;
-      double mean = 0, var = 0;
-      for (int j = 0; j < n; ++j) mean += r[j];
-      mean /= n;
-      for (int j = 0; j < n; ++j) var += (r[j] - mean) * (r[j] - mean);
-      const double sd = std::sqrt(var / n);
-      const double inv = sd > 1e-9 * std::max(1.0, std::abs(mean)) ? 1.0 / sd : 0.0;
-      for (int j = 0; j < n; ++j) r[j] = (r[j] - mean) * inv;
-    }
-    // Per KV head the max over its query heads; the mean over KV heads.
-    double* out = per_layer.data() + size_t(l) * n;
-    for (int g = 0; g < K; ++g)
-      for (int j = 0; j < n; ++j) {
-        double m = raw[size_t(g * G) * n + j];
-        for (int h = g * G + 1; h < (g + 1) * G; ++h) m = std::max(m, raw[size_t(h) * n + j]);
-        out[j] += m / K;
-      }
+    for (int h = 0; h < H; ++h) z_normalise(raw.data() + size_t(h) * n, n);
+    add_mean_of_group_max(per_layer.data() + size_t(l) * n, raw.data(), K, G, n);
   }
 
   std::vector<float> scores(size_t(n), 0.0f);
