@@ -158,17 +158,11 @@ void warn_dtype(const ModelConfig& c, const std::map<std::string, TensorView>& t
 
 }  // namespace
 
-Model load_model(const std::string& model_dir, WeightFormat format) {
-  Model m;
-  m.config = load_config(model_dir);
-  const ModelConfig& c = m.config;
-  Weights& w = m.weights;
-  w.checkpoint = std::make_shared<Checkpoint>(model_dir);
-  const auto& tensors = w.checkpoint->tensors();
-
-  // A tied checkpoint may still carry lm_head.weight; it is then ignored.
-  const bool has_head = tensors.count("lm_head.weight") > 0;
-  auto expected = expected_shapes(c, !c.tie_word_embeddings);
+// Every tensor the config implies is there with its shape, and no other: a tied
+// checkpoint may still carry lm_head.weight (of the right shape), which is ignored.
+static void check_tensors(const ModelConfig& c, const std::map<std::string, TensorView>& tensors,
+                          const std::string& model_dir) {
+  const auto expected = expected_shapes(c, !c.tie_word_embeddings);
   for (const auto& [name, shape] : expected) {
     auto it = tensors.find(name);
     if (it == tensors.end()) throw file_error(model_dir, "missing tensor \"" + name + "\"");
@@ -178,7 +172,7 @@ Model load_model(const std::string& model_dir, WeightFormat format) {
   }
   for (const auto& [name, t] : tensors) {
     if (expected.count(name)) continue;
-    if (name == "lm_head.weight" && c.tie_word_embeddings && has_head) {
+    if (name == "lm_head.weight" && c.tie_word_embeddings) {
       if (t.shape != std::vector<int64_t>{c.vocab_size, c.hidden_size})
         throw file_error(t.file, "tensor \"lm_head.weight\" has shape " + shape_str(t.shape) + " but config.json implies " +
                                      shape_str({c.vocab_size, c.hidden_size}));
@@ -186,6 +180,17 @@ Model load_model(const std::string& model_dir, WeightFormat format) {
     }
     throw file_error(t.file, "unexpected tensor \"" + name + "\" (not part of a Qwen3 model with this config)");
   }
+}
+
+Model load_model(const std::string& model_dir, WeightFormat format) {
+  Model m;
+  m.config = load_config(model_dir);
+  const ModelConfig& c = m.config;
+  Weights& w = m.weights;
+  w.checkpoint = std::make_shared<Checkpoint>(model_dir);
+  const auto& tensors = w.checkpoint->tensors();
+
+  check_tensors(c, tensors, model_dir);
   warn_non_finite(tensors, m.warnings);
   warn_dtype(c, tensors, m.warnings);
 
