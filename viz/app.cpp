@@ -133,23 +133,46 @@ std::string App::headline() const {
   return s;
 }
 
-void App::frame(float dt) {
-  if (pending.valid() && pending.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-    try {
-      adopt(pending.get());
-      if (pending_scenario) {
-        scenario = pending_scenario->name;
-        summary = pending_scenario->summary;
-        session->speed = pending_scenario->speed;
-      } else {
-        scenario.clear();
-        summary = "custom run";
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
+// A recording started in the background (Record, or a scenario picked) that has
+// finished becomes the session; one that failed leaves its message on screen.
+void App::adopt_a_finished_recording() {
+  if (!pending.valid() || pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  try {
+    adopt(pending.get());
+    if (pending_scenario) {
+      scenario = pending_scenario->name;
+      summary = pending_scenario->summary;
+      session->speed = pending_scenario->speed;
+    } else {
+      scenario.clear();
+      summary = "custom run";
     }
-    pending_scenario.reset();
+  } catch (const std::exception& e) {
+    error = e.what();
   }
+  pending_scenario.reset();
+}
+
+// The headline, each run's numbers in its strategy's colour, then the summary line:
+// always on screen.
+void App::draw_headline() {
+  if (title_font) ImGui::PushFont(title_font);
+  bool first = true;
+  for (const HeadlinePiece& p : headline_pieces()) {  // a piece that does not fit starts a new line
+    if (!first) same_line_if_fits(ImGui::CalcTextSize(p.text.c_str()).x);
+    first = false;
+    if (p.view >= 0) ImGui::PushStyleColor(ImGuiCol_Text, view_colour(*session, p.view));
+    ImGui::TextUnformatted(p.text.c_str());
+    if (p.view >= 0) ImGui::PopStyleColor();
+  }
+  if (title_font) ImGui::PopFont();
+  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
+  ImGui::TextWrapped("%s", summary.c_str());
+  ImGui::PopStyleColor();
+}
+
+void App::frame(float dt) {
+  adopt_a_finished_recording();
   hovered = hover;
   hover = {};
   if (session) session->update(dt);
@@ -167,20 +190,7 @@ void App::frame(float dt) {
     return;
   }
 
-  // The headline, each run's numbers in its strategy's colour, and the legend: always on screen.
-  if (title_font) ImGui::PushFont(title_font);
-  bool first = true;
-  for (const HeadlinePiece& p : headline_pieces()) {  // a piece that does not fit starts a new line
-    if (!first) same_line_if_fits(ImGui::CalcTextSize(p.text.c_str()).x);
-    first = false;
-    if (p.view >= 0) ImGui::PushStyleColor(ImGuiCol_Text, view_colour(*session, p.view));
-    ImGui::TextUnformatted(p.text.c_str());
-    if (p.view >= 0) ImGui::PopStyleColor();
-  }
-  if (title_font) ImGui::PopFont();
-  ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  ImGui::TextWrapped("%s", summary.c_str());
-  ImGui::PopStyleColor();
+  draw_headline();
   draw_legend(*this);
   ImGui::Separator();
 

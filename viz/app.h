@@ -114,7 +114,9 @@ class App {
 
  private:
   void adopt(Recorded rec);
+  void adopt_a_finished_recording();
   void keyboard();
+  void draw_headline();
 };
 
 // The views (each in its own file).
