@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "markdown_table.h"
 #include "run_kvscope.h"
 #include "test_paths.h"
 #include "util/file.h"
@@ -152,24 +153,11 @@ TEST(Readme, EveryTutorialChapterIsListed) {
       << "the status box does not count " << chapters.size() << " tutorials";
 }
 
-// The cells of the first table row of `text` that starts with `start` ("| bf16 | 2 |").
-std::vector<std::string> row_cells(const std::string& text, const std::string& start) {
-  const size_t at = text.find("\n" + start);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no row " << start;
-    return {};
-  }
-  std::vector<std::string> cells;
-  std::istringstream row(text.substr(at + 2, text.find('\n', at + 1) - at - 2));
-  for (std::string c; std::getline(row, c, '|');) cells.push_back(c.substr(1, c.size() - 2));
-  return cells;
-}
-
 // The prose of "Benchmarks" reads its numbers off the tables it sits under: a new
 // record must bring new prose.
 TEST(Readme, BenchmarkProseQuotesItsTables) {
   std::string readme = read_file(test::source_path("README.md"));
-  const auto cell = [&](const std::string& row, size_t column) { return row_cells(readme, row).at(column); };
+  const auto cell = [&](const std::string& row, size_t column) { return test::table_row(readme, row).at(column); };
   const auto ratio = [&](const std::string& a, const std::string& b, size_t column) {
     return std::stod(cell(a, column)) / std::stod(cell(b, column));
   };

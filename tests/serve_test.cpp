@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/weights.h"
+#include "markdown_table.h"
 #include "refused_run_trace.h"
 #include "run_kvscope.h"
 #include "scoped_threads.h"
@@ -435,16 +436,8 @@ TEST(ServeBench, OptionsItWouldIgnoreAreRefused) {
 
 // The cell of `column` in the table row of `strategy`.
 std::string cell(const std::string& table, const std::string& strategy, int column) {
-  std::istringstream in(table);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("| " + strategy + " |", 0) != 0) continue;
-    std::vector<std::string> cells;
-    std::istringstream row(line.substr(1));
-    for (std::string c; std::getline(row, c, '|');) cells.push_back(c.substr(1, c.size() - 2));
-    return cells.at(size_t(column));
-  }
-  ADD_FAILURE() << "no row " << strategy << " in\n" << table;
-  return "";
+  const std::vector<std::string> cells = test::table_row(table, "| " + strategy + " |");
+  return cells.empty() ? "" : cells.at(size_t(column));
 }
 
 TEST(ServeBench, APoolOfHolesThatRunsOutKeepsItsTrace) {
