@@ -135,8 +135,12 @@ TEST(Readme, EveryTutorialChapterIsListed) {
   const std::string readme = read_file(test::source_path("README.md"));
   const std::string index = read_file(test::source_path("tutorials/README.md"));
   std::set<std::string> chapters;  // sorted by their number
-  for (const auto& entry : std::filesystem::directory_iterator(test::source_path("tutorials")))
-    if (std::filesystem::exists(entry.path() / "main.cpp")) chapters.insert(entry.path().filename().string());
+  for (const auto& entry : std::filesystem::directory_iterator(test::source_path("tutorials"))) {
+    const std::string name = entry.path().filename().string();  // a chapter is NN-name/ (tutorials/CMakeLists.txt)
+    const bool numbered = name.size() > 3 && std::isdigit(static_cast<unsigned char>(name[0])) &&
+                          std::isdigit(static_cast<unsigned char>(name[1])) && name[2] == '-';
+    if (numbered && std::filesystem::exists(entry.path() / "main.cpp")) chapters.insert(name);
+  }
   ASSERT_GE(chapters.size(), 8u);
   for (const std::string& chapter : chapters) {
     const std::string text = read_file(test::source_path("tutorials/" + chapter + "/README.md"));

@@ -293,98 +293,91 @@ std::string shell_command(const std::string& command, const Options& o) {
   return "cd '" + o.source_dir.string() + "' && " + c;
 }
 
-bool check_file(const std::string& name, const Options& o) {
-  const fs::path path = fs::path(name).is_absolute() ? fs::path(name) : o.source_dir / name;
-  std::string text;
-  if (!read_text(path, text)) {
-    std::cout << name << ": cannot read the file\n";
-    return false;
-  }
-  std::vector<std::string> lines = split_lines(text);
-  std::vector<bool> in_block;
-  const std::vector<Block> blocks = find_blocks(lines, in_block);
+// One Markdown file being checked, and whether it has failed yet.
+struct Page {
+  std::string name;                // as given on the command line; failures are "name:line: what"
+  fs::path path;
+  std::vector<std::string> lines;  // the file, one entry per line
+  std::vector<bool> in_block;      // [lines]  inside a ``` block, fences included
+  std::vector<Block> blocks;
   bool ok = true;
-  auto fail = [&](size_t line, const std::string& what) {
+
+  void fail(size_t line, const std::string& what) {
     std::cout << name << ":" << line + 1 << ": " << what << "\n";
     ok = false;
-  };
-
-  std::set<std::string> printed;  // every number the commands print, or are given
-  bool any_console = false;
-  std::vector<std::pair<size_t, std::vector<std::string>>> rewrites;  // --update: (block index, new body)
-
-  for (size_t bi = 0; bi < blocks.size(); ++bi) {
-    const Block& b = blocks[bi];
-    if (b.close >= lines.size()) {
-      fail(b.open, "a ``` block is never closed");
-      continue;
-    }
-    if (b.info == "cpp") {  // an excerpt of the chapter's program
-      std::string program;
-      const fs::path main_cpp = path.parent_path() / "main.cpp";
-      if (!read_text(main_cpp, program)) {
-        fail(b.open, "a ```cpp block, but no " + main_cpp.filename().string() + " beside the text to quote from");
-        continue;
-      }
-      std::set<std::string> source_lines;
-      for (const std::string& l : split_lines(program)) source_lines.insert(trim(l));
-      for (size_t k = b.open + 1; k < b.close; ++k) {
-        const std::string t = trim(lines[k]);
-        if (t.empty() || t == "..." || t == "// ...") continue;
-        if (!source_lines.count(t)) fail(k, "this line of a ```cpp block is not in main.cpp: " + t);
-      }
-      continue;
-    }
-    if (b.info != "console") continue;
-    any_console = true;
-    std::vector<std::string> body(lines.begin() + b.open + 1, lines.begin() + b.close);
-    std::vector<std::string> new_body;
-    for (size_t k = 0; k < body.size();) {
-      if (body[k].rfind("$ ", 0) != 0) {
-        fail(b.open + 1 + k, "a ```console block must start with a \"$ command\" line");
-        break;
-      }
-      const std::string command = trim(body[k].substr(2));
-      const size_t first = k + 1;
-      size_t end = first;
-      while (end < body.size() && body[end].rfind("$ ", 0) != 0) ++end;
-      const std::vector<std::string> want = normalise({body.begin() + first, body.begin() + end});
-
-      const RunResult r = run(shell_command(command, o));
-      const std::vector<std::string> got = normalise(split_lines(r.out));
-      for (const std::string& l : got)
-        for (const Number& n : numbers(l)) printed.insert(n.text);
-      for (const Number& n : numbers(without_paths(command))) printed.insert(n.text);  // its options, not its path
-
-      if (r.status != 0) {
-        fail(b.open + 1 + k, "`" + command + "` exited with status " + std::to_string(r.status));
-      } else if (want != got) {
-        fail(b.open + 1 + k, "the output of `" + command + "` is not what the text quotes (- quoted, + printed today):");
-        print_diff(want, got, b.open + 2 + first);
-      }
-      new_body.push_back(body[k]);
-      new_body.insert(new_body.end(), got.begin(), got.end());
-      k = end;
-    }
-    rewrites.push_back({bi, new_body});
   }
+};
 
-  // Numbers in the prose must be numbers the commands print.
-  if (any_console) {
-    bool in_comment = false;
-    for (size_t i = 0; i < lines.size(); ++i) {
-      if (in_block[i]) continue;
-      const std::string prose = prose_only(lines[i], in_comment);
-      for (const Number& n : numbers(prose))
-        if (!n.glued && !printed.count(n.text))
-          fail(i, "the number " + n.text + " is in the text but no command of this file prints it");
-    }
+// Check 3: every line of a ```cpp block, trimmed, is a line of the chapter's main.cpp.
+void check_excerpt(Page& page, const Block& b) {
+  std::string program;
+  const fs::path main_cpp = page.path.parent_path() / "main.cpp";
+  if (!read_text(main_cpp, program)) {
+    page.fail(b.open, "a ```cpp block, but no " + main_cpp.filename().string() + " beside the text to quote from");
+    return;
   }
+  std::set<std::string> source_lines;
+  for (const std::string& l : split_lines(program)) source_lines.insert(trim(l));
+  for (size_t k = b.open + 1; k < b.close; ++k) {
+    const std::string t = trim(page.lines[k]);
+    if (t.empty() || t == "..." || t == "// ...") continue;
+    if (!source_lines.count(t)) page.fail(k, "this line of a ```cpp block is not in main.cpp: " + t);
+  }
+}
 
-  // Relative links must lead somewhere.
-  for (size_t i = 0; i < lines.size(); ++i) {
-    if (in_block[i]) continue;
-    const std::string& l = lines[i];
+// Check 1: runs a ```console block's commands and compares what they print with the
+// quoted lines. Adds every number they print, or are given, to `printed`; returns the
+// block's body with today's output (what --update writes).
+std::vector<std::string> check_console(Page& page, const Block& b, const Options& o, std::set<std::string>& printed) {
+  const std::vector<std::string> body(page.lines.begin() + b.open + 1, page.lines.begin() + b.close);
+  std::vector<std::string> new_body;
+  for (size_t k = 0; k < body.size();) {
+    if (body[k].rfind("$ ", 0) != 0) {
+      page.fail(b.open + 1 + k, "a ```console block must start with a \"$ command\" line");
+      break;
+    }
+    const std::string command = trim(body[k].substr(2));
+    const size_t first = k + 1;
+    size_t end = first;
+    while (end < body.size() && body[end].rfind("$ ", 0) != 0) ++end;
+    const std::vector<std::string> want = normalise({body.begin() + first, body.begin() + end});
+
+    const RunResult r = run(shell_command(command, o));
+    const std::vector<std::string> got = normalise(split_lines(r.out));
+    for (const std::string& l : got)
+      for (const Number& n : numbers(l)) printed.insert(n.text);
+    for (const Number& n : numbers(without_paths(command))) printed.insert(n.text);  // its options, not its path
+
+    if (r.status != 0) {
+      page.fail(b.open + 1 + k, "`" + command + "` exited with status " + std::to_string(r.status));
+    } else if (want != got) {
+      page.fail(b.open + 1 + k, "the output of `" + command + "` is not what the text quotes (- quoted, + printed today):");
+      print_diff(want, got, b.open + 2 + first);
+    }
+    new_body.push_back(body[k]);
+    new_body.insert(new_body.end(), got.begin(), got.end());
+    k = end;
+  }
+  return new_body;
+}
+
+// Check 2: every number in the prose is one the commands printed (or were given).
+void check_prose_numbers(Page& page, const std::set<std::string>& printed) {
+  bool in_comment = false;
+  for (size_t i = 0; i < page.lines.size(); ++i) {
+    if (page.in_block[i]) continue;
+    const std::string prose = prose_only(page.lines[i], in_comment);
+    for (const Number& n : numbers(prose))
+      if (!n.glued && !printed.count(n.text))
+        page.fail(i, "the number " + n.text + " is in the text but no command of this file prints it");
+  }
+}
+
+// Check 4: every relative link names a file or folder that exists.
+void check_links(Page& page) {
+  for (size_t i = 0; i < page.lines.size(); ++i) {
+    if (page.in_block[i]) continue;
+    const std::string& l = page.lines[i];
     for (size_t at = 0; (at = l.find("](", at)) != std::string::npos;) {
       const size_t close = l.find(')', at);
       if (close == std::string::npos) break;
@@ -393,26 +386,60 @@ bool check_file(const std::string& name, const Options& o) {
       if (target.empty() || target[0] == '#' || target.find("://") != std::string::npos || target.rfind("mailto:", 0) == 0)
         continue;
       target = target.substr(0, target.find('#'));
-      if (!fs::exists(path.parent_path() / target)) fail(i, "the link target " + target + " does not exist");
+      if (!fs::exists(page.path.parent_path() / target)) page.fail(i, "the link target " + target + " does not exist");
     }
   }
+}
 
-  if (o.update && !rewrites.empty()) {
-    std::vector<std::string> out;
-    size_t next = 0;
-    for (const auto& [bi, body] : rewrites) {
-      const Block& b = blocks[bi];
-      out.insert(out.end(), lines.begin() + next, lines.begin() + b.open + 1);
-      out.insert(out.end(), body.begin(), body.end());
-      next = b.close;
-    }
-    out.insert(out.end(), lines.begin() + next, lines.end());
-    std::ofstream f(path, std::ios::binary);
-    for (const std::string& l : out) f << l << "\n";
-    std::cout << name << ": quoted output updated\n";
+// --update: the file again, with each console block's body replaced by today's.
+//   new_bodies: (index into page.blocks, body), in file order
+void write_new_bodies(const Page& page, const std::vector<std::pair<size_t, std::vector<std::string>>>& new_bodies) {
+  std::vector<std::string> out;
+  size_t next = 0;
+  for (const auto& [bi, body] : new_bodies) {
+    const Block& b = page.blocks[bi];
+    out.insert(out.end(), page.lines.begin() + next, page.lines.begin() + b.open + 1);
+    out.insert(out.end(), body.begin(), body.end());
+    next = b.close;
   }
-  if (ok) std::cout << name << ": ok\n";
-  return ok;
+  out.insert(out.end(), page.lines.begin() + next, page.lines.end());
+  std::ofstream f(page.path, std::ios::binary);
+  for (const std::string& l : out) f << l << "\n";
+  std::cout << page.name << ": quoted output updated\n";
+}
+
+bool check_file(const std::string& name, const Options& o) {
+  Page page;
+  page.name = name;
+  page.path = fs::path(name).is_absolute() ? fs::path(name) : o.source_dir / name;
+  std::string text;
+  if (!read_text(page.path, text)) {
+    std::cout << name << ": cannot read the file\n";
+    return false;
+  }
+  page.lines = split_lines(text);
+  page.blocks = find_blocks(page.lines, page.in_block);
+
+  std::set<std::string> printed;  // every number the commands print, or are given
+  bool any_console = false;
+  std::vector<std::pair<size_t, std::vector<std::string>>> new_bodies;  // for --update
+  for (size_t bi = 0; bi < page.blocks.size(); ++bi) {
+    const Block& b = page.blocks[bi];
+    if (b.close >= page.lines.size()) {
+      page.fail(b.open, "a ``` block is never closed");
+    } else if (b.info == "cpp") {
+      check_excerpt(page, b);
+    } else if (b.info == "console") {
+      any_console = true;
+      new_bodies.push_back({bi, check_console(page, b, o, printed)});
+    }
+  }
+  if (any_console) check_prose_numbers(page, printed);
+  check_links(page);
+
+  if (o.update && !new_bodies.empty()) write_new_bodies(page, new_bodies);
+  if (page.ok) std::cout << name << ": ok\n";
+  return page.ok;
 }
 
 }  // namespace
