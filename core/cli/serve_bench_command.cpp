@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -214,68 +215,69 @@ void print_progress(const std::string& strategy, int run, int runs, int done, in
   std::fflush(stderr);
 }
 
-void run_serve_bench(const ServeBenchArgs& a) {
-  check_distinct(a.strategies, "--strategies");
-  set_threads(a.threads);
-  check_args(a);
-  for (const std::string& out : {a.json, a.trace})
-    if (!out.empty()) check_writable(out);  // before the runs, not after them
-  const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
-  const bool random = !a.config.empty();
-  if (!random) check_model_present(a.model_dir);
-  check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
-  check_requests_fit_in_memory(a);
-  const Model model = served_model(a);
-  print_warnings(model.warnings);
-  const ModelConfig& c = model.config;
-  const std::string model_name =
-      random ? shown_path(a.config) + " (" + plural(c.num_layers, "layer") + ", " + params_text(c.parameter_count()) +
-                   " parameters, random bf16 weights)"
-             : shown_path(a.model_dir);
+// The requests' prompts, and the text they are cut from: the held-out text (its path
+// and its token ids), or no text and random ids for a random model, or where not even
+// the bundled model's text is here.
+struct Prompts {
+  std::string text;                         // the text file, or "" for random ids
+  std::vector<int> text_ids;                // [tokens of the text]
+  std::vector<std::vector<int>> prompts;    // [requests][prompt_len]
+};
+Prompts served_prompts(const ServeBenchArgs& a, const ModelConfig& c, bool random) {
+  Prompts p;
+  p.text = random ? "" : held_out_text(a.text, a.model_dir);
+  if (!random && a.text.empty() && !file_exists(p.text)) p.text.clear();
+  if (!p.text.empty()) p.text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_text_file(p.text));
+  if (!p.text.empty() && p.text_ids.empty()) throw file_error(p.text, "has no tokens");
+  p.prompts = make_prompts(p.text_ids, a.requests, a.prompt_len, c.vocab_size, a.seed);
+  return p;
+}
 
-  // Random ids only for a random model, or where not even the bundled model's text is here.
-  std::string text = random ? "" : held_out_text(a.text, a.model_dir);
-  if (!random && a.text.empty() && !file_exists(text)) text.clear();
-  std::vector<int> text_ids;
-  if (!text.empty()) text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_text_file(text));
-  if (!text.empty() && text_ids.empty()) throw file_error(text, "has no tokens");
-  const std::vector<std::vector<int>> prompts = make_prompts(text_ids, a.requests, a.prompt_len, c.vocab_size, a.seed);
-
-  EngineConfig evicting;
-  evicting.num_blocks = a.blocks;
-  evicting.block_size = a.block_size;
-  evicting.schedule = {a.budget, a.slack, a.sinks, a.recent};
+// The engine of the evicting strategies: the pool, the schedule, the policy (TriAttention
+// calibrated by the model folder's file when --calibration is not given), the device.
+EngineConfig evicting_engine(const ServeBenchArgs& a, const ModelConfig& c, bool random, BackendFactory backend) {
+  EngineConfig e;
+  e.num_blocks = a.blocks;
+  e.block_size = a.block_size;
+  e.schedule = {a.budget, a.slack, a.sinks, a.recent};
   std::string calibration = a.calibration;
   if (calibration.empty() && !random && file_exists(a.model_dir + "/triattention-calibration.json"))
     calibration = a.model_dir + "/triattention-calibration.json";
-  evicting.policy = policy_factory(a.policy, a.seed, calibration, c);
-  evicting.backend = backend;
-  ServeConfig serve;
-  serve.chunk = a.chunk;
+  e.policy = policy_factory(a.policy, a.seed, calibration, c);
+  e.backend = std::move(backend);
+  return e;
+}
 
-  const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
-  print_setup(a, model_name, text, block_bytes);
+// --trace's header: the pool, the last strategy's name and settings and, when the
+// prompts are the model's text, the tokens of every sequence (the viewer shows them
+// as words; a request preempted and recomputed holds the same tokens again).
+TraceHeader trace_header(const ServeBenchArgs& a, const EngineConfig& evicting, size_t block_bytes,
+                         const std::vector<int>& text_ids, const std::vector<Request>& requests) {
+  const std::string& last = a.strategies.back();
+  const bool random = !a.config.empty();
+  TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
+                     {{"source", "serve-bench"}, {random ? "config" : "model", absolute_path(random ? a.config : a.model_dir)},
+                      {"policy", last == "none" ? "none" : a.policy},
+                      {"budget", std::to_string(last == "none" ? 0 : a.budget)},
+                      {"requests", std::to_string(a.requests)},
+                      {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
+  if (!text_ids.empty())
+    for (const Request& q : requests) {
+      std::vector<int> ids(size_t(q.context()));
+      for (int i = 0; i < q.context(); ++i) ids[size_t(i)] = q.token(i);
+      for (int seq : q.seqs) header.meta["tokens." + std::to_string(seq)] = token_ids_value(ids);
+    }
+  return header;
+}
 
-  EventLog events;  // of the last strategy's first run, when --trace is given
-  const auto write_the_trace = [&](const std::vector<Request>& requests) {
-    const std::string& last = a.strategies.back();
-    TraceHeader header{a.block_size, a.blocks, engine_for_strategy(last, evicting).strategy,
-                       {{"source", "serve-bench"}, {random ? "config" : "model", absolute_path(random ? a.config : a.model_dir)},
-                        {"policy", last == "none" ? "none" : a.policy},
-                        {"budget", std::to_string(last == "none" ? 0 : a.budget)},
-                        {"requests", std::to_string(a.requests)},
-                        {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
-    // The tokens of every sequence, when they are the model's text (the viewer shows
-    // them as words); a request preempted and recomputed holds the same tokens again.
-    if (!text_ids.empty())
-      for (const Request& q : requests) {
-        std::vector<int> ids(size_t(q.context()));
-        for (int i = 0; i < q.context(); ++i) ids[size_t(i)] = q.token(i);
-        for (int seq : q.seqs) header.meta["tokens." + std::to_string(seq)] = token_ids_value(ids);
-      }
-    write_trace(a.trace, header, events);
-  };
-
+// Every strategy, --repeat times, taken in turn (none, holes, ..., none, holes, ...).
+// Returns each strategy's first run, its seconds the median of its runs. The last
+// strategy's first run records its events into `events` when --trace is given; if the
+// pool refuses one of its steps, `write_the_trace` writes the run up to that step.
+std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model& model, const EngineConfig& evicting,
+                                           const ServeConfig& serve, const std::vector<std::vector<int>>& prompts,
+                                           EventLog& events,
+                                           const std::function<void(const std::vector<Request>&)>& write_the_trace) {
   const bool bar = isatty(STDERR_FILENO);  // a progress bar for people, not for logs
   std::vector<ServeRun> runs;                                   // [strategy]: the first run's
   std::vector<std::vector<double>> seconds(a.strategies.size());  // [strategy][repeat]
@@ -310,6 +312,11 @@ void run_serve_bench(const ServeBenchArgs& a) {
                     " did different work from run 1 (steps, preemptions or blocks); the scheduler is not deterministic");
     }
   for (size_t i = 0; i < runs.size(); ++i) runs[i].seconds = median(seconds[i]);
+  return runs;
+}
+
+// The table, the line that says how it was measured, and --json.
+void print_results(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   std::fputs(markdown_table(runs).c_str(), stdout);
   const std::string timed = a.repeat == 1 ? "one run of each strategy"
                                            : "the median of " + plural(a.repeat, "run") + " of each strategy, taken in turn";
@@ -322,6 +329,39 @@ void run_serve_bench(const ServeBenchArgs& a) {
     if (!out) throw file_error(a.json, "cannot write");
     std::printf("wrote %s\n", a.json.c_str());
   }
+}
+
+void run_serve_bench(const ServeBenchArgs& a) {
+  check_distinct(a.strategies, "--strategies");
+  set_threads(a.threads);
+  check_args(a);
+  for (const std::string& out : {a.json, a.trace})
+    if (!out.empty()) check_writable(out);  // before the runs, not after them
+  const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
+  const bool random = !a.config.empty();
+  if (!random) check_model_present(a.model_dir);
+  check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
+  check_requests_fit_in_memory(a);
+  const Model model = served_model(a);
+  print_warnings(model.warnings);
+  const ModelConfig& c = model.config;
+  const std::string model_name =
+      random ? shown_path(a.config) + " (" + plural(c.num_layers, "layer") + ", " + params_text(c.parameter_count()) +
+                   " parameters, random bf16 weights)"
+             : shown_path(a.model_dir);
+  const Prompts p = served_prompts(a, c, random);
+  const EngineConfig evicting = evicting_engine(a, c, random, backend);
+  ServeConfig serve;
+  serve.chunk = a.chunk;
+  const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
+  print_setup(a, model_name, p.text, block_bytes);
+
+  EventLog events;  // of the last strategy's first run, when --trace is given
+  const auto write_the_trace = [&](const std::vector<Request>& requests) {
+    write_trace(a.trace, trace_header(a, evicting, block_bytes, p.text_ids, requests), events);
+  };
+  const std::vector<ServeRun> runs = serve_every_strategy(a, model, evicting, serve, p.prompts, events, write_the_trace);
+  print_results(a, runs);
   if (!a.trace.empty()) {
     write_the_trace(runs.back().requests);
     std::printf("trace: %zu events of the %s run written to %s\n", events.size(), a.strategies.back().c_str(),
