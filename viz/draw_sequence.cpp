@@ -58,7 +58,70 @@ void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& sco
   ImGui::EndTooltip();
 }
 
-// Tokens as cells, g tokens a cell when there are more tokens than pixels.
+// How one sequence's band lays its n tokens out as square cells, row by row:
+// g tokens a cell when there are more tokens than pixels.
+struct CellGrid {
+  int64_t g = 1;        // tokens per cell
+  int64_t cells = 0;    // ceil(n / g)
+  int64_t per_row = 1;  // cells per row
+  float side = 1;       // a cell's side, pixels
+  float gap = 0;        // pixels left empty between cells (when they are big enough to show it)
+
+  ImVec2 corner(ImVec2 origin, int64_t c) const {
+    return {origin.x + float(c % per_row) * side, origin.y + float(c / per_row) * side};
+  }
+};
+
+// The largest cells (whole pixels) that fit n tokens into width x height.
+CellGrid cell_grid(int64_t n, float width, float height) {
+  CellGrid grid;
+  grid.g = std::max<int64_t>(1, int64_t(std::ceil(double(n) / (double(width) * double(height)))));
+  grid.cells = (n + grid.g - 1) / grid.g;
+  grid.side = std::max(1.0f, std::floor(std::sqrt(width * height / float(grid.cells))));
+  grid.per_row = std::max<int64_t>(1, int64_t(width / grid.side));
+  while (grid.side > 1 && float((grid.cells + grid.per_row - 1) / grid.per_row) * grid.side > height) {
+    grid.side -= 1;
+    grid.per_row = std::max<int64_t>(1, int64_t(width / grid.side));
+  }
+  grid.gap = grid.side >= 5 ? 1.0f : 0.0f;
+  return grid;
+}
+
+// Cell c of sequence seq (n tokens): one token's colour, or for g tokens a mix from
+// evicted to live by the share of its written tokens still live.
+uint32_t cell_colour(const Timeline& t, int seq, int64_t n, const CellGrid& grid, int64_t c, const ScoresAt& scores) {
+  if (grid.g == 1) return colour_of(state_of(t, seq, c), seq, c, scores);
+  int live = 0, written = 0;
+  for (int64_t p = c * grid.g; p < std::min(n, (c + 1) * grid.g); ++p) {
+    const State st = state_of(t, seq, p);
+    written += st != State::Future;
+    live += st == State::Live;
+  }
+  if (written == 0) return palette::kSeqFuture;
+  return palette::mix(palette::kSeqEvicted, palette::live(seq, 0, false), float(live) / float(written));
+}
+
+// The cells of one band, one rectangle per run of equal colour along each row.
+void fill_cells(ImDrawList* dl, const Timeline& t, int seq, int64_t n, const CellGrid& grid, ImVec2 o,
+                const ScoresAt& scores) {
+  for (int64_t row_start = 0; row_start < grid.cells; row_start += grid.per_row) {
+    const int64_t row_end = std::min(grid.cells, row_start + grid.per_row);
+    const float y = o.y + float(row_start / grid.per_row) * grid.side;
+    int64_t run_start = row_start;
+    uint32_t run_colour = cell_colour(t, seq, n, grid, row_start, scores);
+    for (int64_t c = row_start + 1; c <= row_end; ++c) {
+      const uint32_t col = c < row_end ? cell_colour(t, seq, n, grid, c, scores) : 0;
+      if (c == row_end || col != run_colour) {
+        dl->AddRectFilled({o.x + float(run_start - row_start) * grid.side, y},
+                          {o.x + float(c - row_start) * grid.side - grid.gap, y + grid.side - grid.gap}, run_colour);
+        run_start = c;
+        run_colour = col;
+      }
+    }
+  }
+}
+
+// Tokens as cells: one band per sequence, the hovered token outlined, the mouse's tooltip.
 void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 origin, ImVec2 area) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const std::vector<int64_t>& lengths = t.final_lengths();
@@ -69,54 +132,20 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
     const int64_t n = lengths[size_t(k)];
     if (n == 0) continue;
     const ImVec2 o{origin.x, origin.y + float(k) * (band_h + band_gap)};
-    const int64_t g = std::max<int64_t>(1, int64_t(std::ceil(double(n) / (double(area.x) * double(band_h)))));
-    const int64_t cells = (n + g - 1) / g;
-    float side = std::max(1.0f, std::floor(std::sqrt(area.x * band_h / float(cells))));
-    int64_t per_row = std::max<int64_t>(1, int64_t(area.x / side));
-    while (side > 1 && float((cells + per_row - 1) / per_row) * side > band_h) {
-      side -= 1;
-      per_row = std::max<int64_t>(1, int64_t(area.x / side));
-    }
-    const float gap = side >= 5 ? 1.0f : 0.0f;
-    auto cell_colour = [&](int64_t c) {
-      if (g == 1) return colour_of(state_of(t, k, c), k, c, scores);
-      int live = 0, written = 0;
-      for (int64_t p = c * g; p < std::min(n, (c + 1) * g); ++p) {
-        const State st = state_of(t, k, p);
-        written += st != State::Future;
-        live += st == State::Live;
-      }
-      if (written == 0) return palette::kSeqFuture;
-      return palette::mix(palette::kSeqEvicted, palette::live(k, 0, false), float(live) / float(written));
-    };
-    // Runs of equal colour along each row.
-    for (int64_t row_start = 0; row_start < cells; row_start += per_row) {
-      const int64_t row_end = std::min(cells, row_start + per_row);
-      const float y = o.y + float(row_start / per_row) * side;
-      int64_t run_start = row_start;
-      uint32_t run_colour = cell_colour(row_start);
-      for (int64_t c = row_start + 1; c <= row_end; ++c) {
-        const uint32_t col = c < row_end ? cell_colour(c) : 0;
-        if (c == row_end || col != run_colour) {
-          dl->AddRectFilled({o.x + float(run_start - row_start) * side, y},
-                            {o.x + float(c - row_start) * side - gap, y + side - gap}, run_colour);
-          run_start = c;
-          run_colour = col;
-        }
-      }
-    }
+    const CellGrid grid = cell_grid(n, area.x, band_h);
+    fill_cells(dl, t, k, n, grid, o, scores);
     // The hovered token (any view, last frame).
     if (app.hovered.token() && app.hovered.seq == k && app.hovered.pos < n) {
-      const int64_t c = app.hovered.pos / g;
-      const ImVec2 a{o.x + float(c % per_row) * side, o.y + float(c / per_row) * side};
-      dl->AddRect({a.x - 2, a.y - 2}, {a.x + side + 2, a.y + side + 2}, palette::kHighlight, 0, 0, 2.0f);
+      const ImVec2 a = grid.corner(o, app.hovered.pos / grid.g);
+      dl->AddRect({a.x - 2, a.y - 2}, {a.x + grid.side + 2, a.y + grid.side + 2}, palette::kHighlight, 0, 0, 2.0f);
     }
     // The mouse.
     const ImVec2 m = ImGui::GetIO().MousePos;
-    if (ImGui::IsWindowHovered() && m.x >= o.x && m.y >= o.y && m.x < o.x + float(per_row) * side && m.y < o.y + band_h) {
-      const int64_t c = int64_t((m.y - o.y) / side) * per_row + int64_t((m.x - o.x) / side);
-      if (c < cells) {
-        const int64_t pos = c * g;
+    if (ImGui::IsWindowHovered() && m.x >= o.x && m.y >= o.y && m.x < o.x + float(grid.per_row) * grid.side &&
+        m.y < o.y + band_h) {
+      const int64_t c = int64_t((m.y - o.y) / grid.side) * grid.per_row + int64_t((m.x - o.x) / grid.side);
+      if (c < grid.cells) {
+        const int64_t pos = c * grid.g;
         const State st = state_of(t, k, pos);
         if (st == State::Live) app.hover.seq = k, app.hover.pos = pos;
         tooltip(app, k, pos, st, scores);
