@@ -78,10 +78,8 @@ void pair(const char* a, int* va, const char* b, int* vb, uint64_t* vb64 = nullp
   ImGui::PopID();
 }
 
-void settings(App& app) {
-  heading("RUN SETTINGS (then Record)");
-  RunSettings& e = app.edit;
-  ImGui::PushItemWidth(150);
+// Synthetic workload or the model; switching resets the policy to the first the source offers.
+void source_choice(const App& app, RunSettings& e) {
   int source = e.source == Source::Model ? 1 : 0;
   ImGui::RadioButton("synthetic", &source, 0);
   ImGui::SameLine();
@@ -95,6 +93,11 @@ void settings(App& app) {
     e.source = chosen;
     e.policy = policies_for(chosen).front();
   }
+}
+
+// What is run: the workload and its length (synthetic) or the tokens and requests
+// (model), then one-shot's evicted share or a streaming schedule, protection, block size.
+void run_fields(RunSettings& e) {
   combo("policy", e.policy, policies_for(e.source));
   if (e.source == Source::Synthetic) {
     combo("workload", e.workload, workload_names());
@@ -118,12 +121,20 @@ void settings(App& app) {
   }
   pair("sinks", &e.sinks, "recent", &e.recent);
   pair("block", &e.block_size, "seed", nullptr, &e.seed);
+}
+
+// Typed numbers pulled back into what a run accepts.
+void keep_in_range(RunSettings& e) {
   e.tokens = std::clamp<int64_t>(e.tokens, 1, int64_t(1) << 24);
   e.block_size = std::clamp(e.block_size, 1, kMaxBlockSize);
   e.budget = std::max(e.budget, 1);
   e.slack = std::max(e.slack, 1);
   e.sinks = std::max(e.sinks, 0);
   e.recent = std::max(e.recent, 0);
+}
+
+// The memory strategy of the left view and, side by side, of the right one.
+void strategy_fields(RunSettings& e) {
   strategy_combo("left", e.strategies[0]);
   bool two = e.strategies.size() == 2;
   if (ImGui::Checkbox("side by side", &two)) {
@@ -131,6 +142,16 @@ void settings(App& app) {
     else e.strategies.resize(1);
   }
   if (e.strategies.size() == 2) strategy_combo("right", e.strategies[1]);
+}
+
+void settings(App& app) {
+  heading("RUN SETTINGS (then Record)");
+  RunSettings& e = app.edit;
+  ImGui::PushItemWidth(150);
+  source_choice(app, e);
+  run_fields(e);
+  keep_in_range(e);
+  strategy_fields(e);
   ImGui::PopItemWidth();
   ImGui::BeginDisabled(app.pending.valid());
   if (ImGui::Button(app.pending.valid() ? "recording..." : "Record", {-1, 0})) app.record_async();
