@@ -302,6 +302,32 @@ void record_serving(Run& run, const RunSettings& s, MemoryStrategy strategy, con
                  {"preemptions", std::to_string(served.stats.preemptions)}}};
 }
 
+// Model, one sequence: the prompt and new_tokens sampled tokens (temperature 0.7,
+// top-k 40, top-p 0.95, the settings' seed), in a pool just big enough for all of them.
+void record_generation(Run& run, const RunSettings& s, MemoryStrategy strategy, const Model& model,
+                       const std::string& model_dir, const Tokenizer& tokenizer, const std::vector<int>& prompt,
+                       int new_tokens, const EvictionSchedule& schedule, const PolicyFactory& inner) {
+  const int total = int(prompt.size()) + new_tokens;
+  GenerateOptions o;
+  o.max_new_tokens = new_tokens;
+  o.sampler = {0.7f, 40, 0.95f, s.seed};
+  o.vocab_limit = tokenizer.vocab_size();  // no stop ids: the run keeps its length
+  o.engine.block_size = s.block_size;
+  o.engine.strategy = strategy;
+  o.engine.schedule = schedule;
+  o.engine.num_blocks = (total + s.block_size - 1) / s.block_size;
+  Run* r = &run;
+  o.engine.policy = [inner, r] { return std::make_unique<RecordingPolicy>(inner(), *r, 0); };
+  o.events = &run.events;
+  std::vector<int> ids = prompt;
+  generate(model, prompt, o, [&](int token) { ids.push_back(token); });
+  run.token_text.emplace_back();
+  for (int id : ids) run.token_text[0].push_back(printable(tokenizer.token_bytes(id)));
+  run.header = {s.block_size, o.engine.num_blocks, strategy,
+                {{"source", "model"}, {"model", model_dir}, {"policy", s.policy}, {"budget", std::to_string(s.budget)},
+                 {"slack", std::to_string(s.slack)}, {"seed", std::to_string(s.seed)}}};
+}
+
 Recording record_model(const RunSettings& s, const ModelSource& m) {
   Recording rec;
   rec.settings = s;
@@ -318,7 +344,6 @@ Recording record_model(const RunSettings& s, const ModelSource& m) {
   if (new_tokens < int(s.tokens))
     rec.note = "the model's context is " + std::to_string(context) + " tokens: " + std::to_string(prompt.size()) +
                " prompt + " + std::to_string(new_tokens) + " new";
-  const int total = int(prompt.size()) + new_tokens;
   const EvictionSchedule schedule{s.budget, s.slack, s.sinks, s.recent};
   schedule.validate();
   const PolicyFactory inner = policy_factory(s.policy, s.seed, calibration, model.config);
@@ -329,29 +354,10 @@ Recording record_model(const RunSettings& s, const ModelSource& m) {
     run->source = "model";
     run->policy = s.policy;
     run->bytes_per_token = int64_t(KvStorage::bytes_per_block(model.config, s.block_size) / size_t(s.block_size));
-    if (s.sequences > 1) {
+    if (s.sequences > 1)
       record_serving(*run, s, strategy, model, tokenizer, prompt, new_tokens, schedule, inner);
-      rec.runs.push_back(run);
-      continue;
-    }
-    GenerateOptions o;
-    o.max_new_tokens = new_tokens;
-    o.sampler = {0.7f, 40, 0.95f, s.seed};
-    o.vocab_limit = tokenizer.vocab_size();  // no stop ids: the run keeps its length
-    o.engine.block_size = s.block_size;
-    o.engine.strategy = strategy;
-    o.engine.schedule = schedule;
-    o.engine.num_blocks = (total + s.block_size - 1) / s.block_size;
-    Run* r = run.get();
-    o.engine.policy = [inner, r] { return std::make_unique<RecordingPolicy>(inner(), *r, 0); };
-    o.events = &run->events;
-    std::vector<int> ids = prompt;
-    generate(model, prompt, o, [&](int token) { ids.push_back(token); });
-    run->token_text.emplace_back();
-    for (int id : ids) run->token_text[0].push_back(printable(tokenizer.token_bytes(id)));
-    run->header = {s.block_size, o.engine.num_blocks, strategy,
-                   {{"source", "model"}, {"model", m.dir}, {"policy", s.policy}, {"budget", std::to_string(s.budget)},
-                    {"slack", std::to_string(s.slack)}, {"seed", std::to_string(s.seed)}}};
+    else
+      record_generation(*run, s, strategy, model, m.dir, tokenizer, prompt, new_tokens, schedule, inner);
     rec.runs.push_back(run);
   }
   if (model.config.hidden_size <= 64 && rec.note.empty())
