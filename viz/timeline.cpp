@@ -335,50 +335,59 @@ void Session::update(double dt) {
   } else if (playing && pause_left_ > 0) {
     pause_left_ -= dt;
   } else if (playing) {
-    budget_ = std::min(budget_ + speed * dt, speed * 0.25 + 1);  // no burst after a slow frame
-    Timeline& p = views_[size_t(primary_)];
-    while (budget_ >= 1 && p.cursor() < p.size()) {
-      const size_t c = p.cursor();
-      const size_t stop = animate ? p.next_stop(c) : p.size();
-      if (stop > c) {
-        const size_t n = std::min<size_t>(size_t(budget_), stop - c);
-        p.seek(c + n);
-        follow();
-        budget_ -= double(n);
-        continue;
-      }
-      // At a stop: the first move of a batch slides; a round's begin or end pauses.
-      const Event& e = p.event(c);
-      if (e.kind == EventKind::SlotMoved && paused_before_ != c) {  // a breath between evicting and compacting
-        paused_before_ = c;
-        pause_left_ = phase_pause * tempo;
-        budget_ = 0;
-        break;
-      }
-      if (e.kind == EventKind::SlotMoved) {
-        const auto [begin, end] = p.next_batch(c);
-        start_slide(begin, end, std::max(0.15, slide_seconds * tempo));
-        budget_ = 0;
-        break;
-      }
-      p.seek(c + 1);
+    play(dt, tempo);
+  }
+  update_flash();
+}
+
+// Spends the events the clock owes, up to the next stop: the first move of a
+// compaction batch (a pause, then the batch slides) or a round's edge (a pause).
+void Session::play(double dt, double tempo) {
+  budget_ = std::min(budget_ + speed * dt, speed * 0.25 + 1);  // no burst after a slow frame
+  Timeline& p = views_[size_t(primary_)];
+  while (budget_ >= 1 && p.cursor() < p.size()) {
+    const size_t c = p.cursor();
+    const size_t stop = animate ? p.next_stop(c) : p.size();
+    if (stop > c) {
+      const size_t n = std::min<size_t>(size_t(budget_), stop - c);
+      p.seek(c + n);
       follow();
-      budget_ -= 1;
-      if (e.kind == EventKind::RoundBegin || (e.kind == EventKind::RoundEnd && c + 1 < p.size())) {
-        pause_left_ = phase_pause * tempo;
-        budget_ = 0;
-        break;
-      }
+      budget_ -= double(n);
+      continue;
     }
-    if (p.cursor() >= p.size() && slide_.view < 0) playing = false;
+    // At a stop: the first move of a batch slides; a round's begin or end pauses.
+    const Event& e = p.event(c);
+    if (e.kind == EventKind::SlotMoved && paused_before_ != c) {  // a breath between evicting and compacting
+      paused_before_ = c;
+      pause_left_ = phase_pause * tempo;
+      budget_ = 0;
+      break;
+    }
+    if (e.kind == EventKind::SlotMoved) {
+      const auto [begin, end] = p.next_batch(c);
+      start_slide(begin, end, std::max(0.15, slide_seconds * tempo));
+      budget_ = 0;
+      break;
+    }
+    p.seek(c + 1);
+    follow();
+    budget_ -= 1;
+    if (e.kind == EventKind::RoundBegin || (e.kind == EventKind::RoundEnd && c + 1 < p.size())) {
+      pause_left_ = phase_pause * tempo;
+      budget_ = 0;
+      break;
+    }
   }
-  // What happened in the last 0.3 s flashes; a stopped clock keeps its last flash.
-  if (playing || slide_.view >= 0 || !trail_.empty()) {
-    trail_.emplace_back(clock_, cursors());
-    while (trail_.size() > 1 && trail_[1].first <= clock_ - 0.3) trail_.pop_front();
-    flash_ = trail_.front().second;
-    if (!playing && slide_.view < 0 && trail_.front().first <= clock_ - 0.3) trail_.clear();
-  }
+  if (p.cursor() >= p.size() && slide_.view < 0) playing = false;
+}
+
+// What happened in the last 0.3 s flashes; a stopped clock keeps its last flash.
+void Session::update_flash() {
+  if (!playing && slide_.view < 0 && trail_.empty()) return;
+  trail_.emplace_back(clock_, cursors());
+  while (trail_.size() > 1 && trail_[1].first <= clock_ - 0.3) trail_.pop_front();
+  flash_ = trail_.front().second;
+  if (!playing && slide_.view < 0 && trail_.front().first <= clock_ - 0.3) trail_.clear();
 }
 
 void Session::build_history() {

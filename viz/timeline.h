@@ -204,6 +204,8 @@ class Session {
   uint64_t id() const { return id_; }
 
  private:
+  void play(double dt, double tempo);  // update's playback: seeks the primary view onwards
+  void update_flash();
   void follow();  // puts the other views at the primary's logical position
   void mark_flash(const std::vector<size_t>& before);
   void start_slide(size_t begin, size_t end, double seconds);
