@@ -27,12 +27,13 @@ using namespace kvscope::tutorial;
 // attention_flash walks kFlashTile keys at a time with kFlashQueryTile queries (core/model/attention.h).
 constexpr int kTile = kFlashTile, kQueryTile = kFlashQueryTile;
 
-static void chapter() {
-  const std::string config_file = "assets/configs/qwen3-0.6b-config.json";
-  ModelConfig c = load_config_file(repo_path(config_file));
-  c.num_layers = 1;  // attention is per layer: one is enough
+constexpr int kCached = 4096, kBlockSize = 16;  // tokens in the cache, tokens per block
+
+// 1. Both paths on the same paged cache: the same output, but only eager has the
+//    probabilities (each head's sums over T queries add up to T).
+static void same_output(const ModelConfig& c, const std::string& config_file) {
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
-  const int n = 4096, block_size = 16;
+  const int n = kCached, block_size = kBlockSize;
 
   // A paged cache of n tokens, keys and values drawn uniformly from [-1, 1).
   PagedKvCache cache(n / block_size, block_size, MemoryStrategy::HolesOnly);
@@ -76,19 +77,24 @@ static void chapter() {
     if (hi - lo > 1e-2) std::printf("  (!) the heads' sums range from %.4f to %.4f\n", lo, hi);
   }
   std::printf("  flash has no probabilities to give: it never holds a row of them.\n");
+}
 
-  // Who needs them: the policies that score tokens by the attention they received.
+// 2. Who needs them: the policies that score tokens by the attention they received.
+static void who_needs_them() {
   std::printf("\nPolicies that need the probabilities, and so the eager path (EvictionPolicy::needs_attention()):\n");
   for (const std::string name : {"streaming", "random", "h2o", "snapkv"}) {
     const std::unique_ptr<EvictionPolicy> policy = make_policy(name, /*seed=*/1);
     if (!policy->needs_attention())
       std::printf("  %-9s  no\n", name.c_str());
-    else if (policy->window() < n)
+    else if (policy->window() < kCached)
       std::printf("  %-9s  yes: the rows of the last %d queries\n", name.c_str(), policy->window());
     else
       std::printf("  %-9s  yes: the rows of every query since the token arrived\n", name.c_str());
   }
+}
 
+// 3. The memory each path holds while it runs, as formulas with the shapes put in.
+static void memory_each_path_holds(const ModelConfig& c) {
   // Memory while running (per thread; each thread works on one KV head, or one
   // tile of queries and one KV head, at a time).
   const int hd = c.head_dim, rows = kQueryTile * (c.num_heads / c.num_kv_heads);
@@ -109,6 +115,15 @@ static void chapter() {
                   table_bytes(kv_copies).c_str(), table_bytes(p + kv_copies + qm).c_str(), T == ctx ? "  (a whole prefill)" : "");
     }
   }
+}
+
+static void chapter() {
+  const std::string config_file = "assets/configs/qwen3-0.6b-config.json";
+  ModelConfig c = load_config_file(repo_path(config_file));
+  c.num_layers = 1;  // attention is per layer: one is enough
+  same_output(c, config_file);
+  who_needs_them();
+  memory_each_path_holds(c);
 }
 
 int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }
