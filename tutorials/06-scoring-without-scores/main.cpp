@@ -85,17 +85,8 @@ std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibr
   return {orc, tri, h2o, newest, rnd};
 }
 
-static void chapter() {
-  const std::string dir = "assets/model";
-  const Model model = load_model(repo_path(dir));
-  const Tokenizer tokenizer = Tokenizer::load(repo_path(dir + "/tokenizer.json"));
-  const std::string cal_file = dir + "/triattention-calibration.json";
-  const TriCalibration cal = TriCalibration::load(repo_path(cal_file), model.config);
-  const ModelConfig& c = model.config;
-
-  std::printf("%s: %d layers x %d query heads, head_dim %d = %d RoPE bands\n", dir.c_str(), c.num_layers, c.num_heads,
-              c.head_dim, cal.bands());
-  std::printf("calibration %s: %s query tokens\n\n", cal_file.c_str(), commas(cal.tokens).c_str());
+// 1. The calibration: per band, how concentrated the pre-RoPE queries are.
+static void query_centres(const TriCalibration& cal, const ModelConfig& c) {
   std::printf("How concentrated the pre-RoPE queries are per band (|qbar_f| / m_f, mean over heads):\n");
   std::printf("  band f   period 2pi/omega_f (tokens)   concentration\n");
   const std::vector<double> conc = concentration(cal);
@@ -105,7 +96,12 @@ static void chapter() {
   }
   std::printf("Queries pointing every way at random would give about %.3f (sqrt(pi / (4 n)), n = %s).\n",
               tri_noise_ratio(cal.tokens), commas(cal.tokens).c_str());
+}
 
+// 2. One eviction round at t = kT on every held-out window: each policy's picks
+//    against the oracle's, by distance, and the blocks they touch.
+static void one_round(const Model& model, const Tokenizer& tokenizer, const TriCalibration& cal,
+                      const std::string& dir) {
   const auto windows = text_windows(tokenizer, repo_path(dir + "/heldout.txt"), kT + kFuture);
   const EvictionSchedule schedule{kBudget, 0, kSinks, kRecent};
   const int middle = kT - kSinks - kRecent, picks = kBudget - kSinks - kRecent;
@@ -148,6 +144,21 @@ static void chapter() {
                 100 * by_distance[k][3] / n, blocks[k] / n);
   std::printf("\nAn even spread over the middle would put %.0f%%, %.0f%%, %.0f%% and %.0f%% of the picks in those ranges.\n",
               100.0 * (64 - 33) / middle, 100.0 * 64 / middle, 100.0 * 128 / middle, 100.0 * (509 - 256) / middle);
+}
+
+static void chapter() {
+  const std::string dir = "assets/model";
+  const Model model = load_model(repo_path(dir));
+  const Tokenizer tokenizer = Tokenizer::load(repo_path(dir + "/tokenizer.json"));
+  const std::string cal_file = dir + "/triattention-calibration.json";
+  const TriCalibration cal = TriCalibration::load(repo_path(cal_file), model.config);
+  const ModelConfig& c = model.config;
+
+  std::printf("%s: %d layers x %d query heads, head_dim %d = %d RoPE bands\n", dir.c_str(), c.num_layers, c.num_heads,
+              c.head_dim, cal.bands());
+  std::printf("calibration %s: %s query tokens\n\n", cal_file.c_str(), commas(cal.tokens).c_str());
+  query_centres(cal, c);
+  one_round(model, tokenizer, cal, dir);
 }
 
 int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }
