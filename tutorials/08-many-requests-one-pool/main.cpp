@@ -86,25 +86,11 @@ double mean(const std::vector<int>& v) {
   return v.empty() ? 0 : s / double(v.size());
 }
 
-static void chapter() {
-  const Model model = load_model(repo_path("assets/model"));
-  const Tokenizer tok = Tokenizer::load(repo_path("assets/model/tokenizer.json"));
-  const std::vector<std::vector<int>> ps = prompts(tok);
-  const int whole = (kPromptLen + kNewTokens - 1 + kBlockSize - 1) / kBlockSize;
-  std::printf("%d requests of %d prompt + %d new tokens (the bundled model, greedy); a pool of %d blocks of %d.\n",
-              kRequests, kPromptLen, kNewTokens, kPoolBlocks, kBlockSize);
-  std::printf("A whole context takes %d blocks, so %d requests fit without eviction.\n", whole, kPoolBlocks / whole);
-  const EvictionSchedule schedule = evicting().schedule;
-  std::printf("Eviction: H2O keeps %d tokens of a sequence whenever it reaches %d.\n", schedule.budget,
-              schedule.budget + schedule.slack);
-
-  const std::vector<std::string> strategies = {"none", "holes", "compact"};
-  std::vector<Timeline> runs;
+// Part 1: each strategy's timeline, all on one scale of steps per column.
+static void who_runs_who_waits(const std::vector<std::string>& strategies, const std::vector<Timeline>& runs) {
   size_t longest = 0;
-  for (const std::string& s : strategies) {
-    runs.push_back(serve(model, s, ps));
-    for (const std::string& row : runs.back().rows) longest = std::max(longest, row.size());
-  }
+  for (const Timeline& t : runs)
+    for (const std::string& row : t.rows) longest = std::max(longest, row.size());
   const int per_column = int((longest + kColumns - 1) / kColumns);
 
   std::printf("\nPart 1: who runs (#), who waits (.), one column per %d steps\n", per_column);
@@ -116,7 +102,11 @@ static void chapter() {
     for (size_t id = 0; id < runs[i].rows.size(); ++id)
       std::printf("  request %zu |%s\n", id, squeeze(runs[i].rows[id], per_column).c_str());
   }
+}
 
+// Part 2: the blocks a sequence holds, on average, under each strategy.
+static void blocks_a_sequence_holds(const std::vector<std::string>& strategies, const std::vector<Timeline>& runs,
+                                    const EvictionSchedule& schedule) {
   std::printf("\nPart 2: blocks in use, averaged over the steps (the pool has %d)\n", kPoolBlocks);
   for (size_t i = 0; i < runs.size(); ++i) {
     const ServeStats& st = runs[i].stats;
@@ -126,9 +116,12 @@ static void chapter() {
   const int kept = schedule.budget + schedule.slack;  // the most a sequence holds under eviction
   std::printf("  under eviction a sequence holds at most %d tokens: %d blocks when its survivors are packed\n", kept,
               (kept + kBlockSize - 1) / kBlockSize);
+}
 
+// Part 3: every request preempted in the run without eviction, served again alone
+// in a pool of `whole` blocks: the same greedy tokens.
+static void preemption_loses_nothing(const Model& model, const Timeline& none, int whole) {
   std::printf("\nPart 3: preemption loses nothing (no eviction)\n");
-  const Timeline& none = runs[0];
   int preempted = 0, same = 0;
   for (size_t id = 0; id < none.requests.size(); ++id) {
     const Request& r = none.requests[id];
@@ -147,6 +140,26 @@ static void chapter() {
   }
   std::printf("  %d of %d preempted requests end as if never stopped; %lld tokens were computed twice\n", same,
               preempted, static_cast<long long>(none.stats.recomputed_tokens));
+}
+
+static void chapter() {
+  const Model model = load_model(repo_path("assets/model"));
+  const Tokenizer tok = Tokenizer::load(repo_path("assets/model/tokenizer.json"));
+  const std::vector<std::vector<int>> ps = prompts(tok);
+  const int whole = (kPromptLen + kNewTokens - 1 + kBlockSize - 1) / kBlockSize;
+  std::printf("%d requests of %d prompt + %d new tokens (the bundled model, greedy); a pool of %d blocks of %d.\n",
+              kRequests, kPromptLen, kNewTokens, kPoolBlocks, kBlockSize);
+  std::printf("A whole context takes %d blocks, so %d requests fit without eviction.\n", whole, kPoolBlocks / whole);
+  const EvictionSchedule schedule = evicting().schedule;
+  std::printf("Eviction: H2O keeps %d tokens of a sequence whenever it reaches %d.\n", schedule.budget,
+              schedule.budget + schedule.slack);
+
+  const std::vector<std::string> strategies = {"none", "holes", "compact"};
+  std::vector<Timeline> runs;
+  for (const std::string& s : strategies) runs.push_back(serve(model, s, ps));
+  who_runs_who_waits(strategies, runs);
+  blocks_a_sequence_holds(strategies, runs, schedule);
+  preemption_loses_nothing(model, runs[0], whole);
 }
 
 int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }
