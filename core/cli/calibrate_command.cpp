@@ -4,7 +4,7 @@
 //
 // Tokenizes the text with the model's tokenizer, runs the model over it in chunks
 // (a fresh sequence per chunk), averages the pre-RoPE queries of every token per
-// layer, query head and frequency band (evict/triattention.h), and writes the
+// layer, query head and frequency band (evict/triattention_calibration.h), and writes the
 // calibration file that the TriAttention policy reads. Prints a summary: per
 // layer, how concentrated the query directions are (mean |qbar_f| / m_f: 1 when
 // every query of a head points the same way in a band, near 0 when they cancel),
@@ -18,7 +18,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "evict/triattention.h"
+#include "evict/triattention_calibration.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -40,6 +40,36 @@ struct CalibrateArgs {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Per layer, how concentrated the query directions are: each head's mean over its
+// bands of |qbar_f| / m_f, then the layer's mean, least and most concentrated head.
+void print_concentration(const TriCalibration& cal) {
+  std::printf("How concentrated the pre-RoPE query directions are, per layer:\n");
+  std::printf("ratio = |qbar_f| / m_f (1: all queries of a head point one way in band f; 0: they cancel)\n\n");
+  std::printf("| layer | mean ratio | least concentrated head | most concentrated head |\n");
+  std::printf("|---|---|---|---|\n");
+  for (int l = 0; l < cal.num_layers; ++l) {
+    double layer_sum = 0, lo = 1e30, hi = -1e30;
+    for (int h = 0; h < cal.num_heads; ++h) {
+      double head_sum = 0;
+      int counted = 0;
+      for (int f = 0; f < cal.bands(); ++f) {
+        const size_t i = cal.index(l, h, f);
+        if (!(cal.q_abs_mean[i] > 0)) continue;
+        head_sum += std::hypot(double(cal.qbar_re[i]), double(cal.qbar_im[i])) / cal.q_abs_mean[i];
+        ++counted;
+      }
+      const double head_mean = counted ? head_sum / counted : 0.0;
+      layer_sum += head_mean;
+      lo = std::min(lo, head_mean);
+      hi = std::max(hi, head_mean);
+    }
+    std::printf("| %d | %.3f | %.3f | %.3f |\n", l, layer_sum / cal.num_heads, lo, hi);
+  }
+  std::printf("\nQueries pointing every way at random would give about sqrt(pi / (4 n)) = %.3f over these n = %lld "
+              "%s:\nratios near it are noise, not a direction.\n",
+              tri_noise_ratio(cal.tokens), (long long)cal.tokens, cal.tokens == 1 ? "token" : "tokens");
 }
 
 void run_calibrate(const CalibrateArgs& a) {
@@ -78,31 +108,7 @@ void run_calibrate(const CalibrateArgs& a) {
               (long long)cal.tokens, in_text, cal.chunk);
   std::printf("wrote %s: %s x %s x %s\n\n", a.out.c_str(), plural(c.num_layers, "layer").c_str(),
               plural(c.num_heads, "query head").c_str(), plural(cal.bands(), "band").c_str());
-  std::printf("How concentrated the pre-RoPE query directions are, per layer:\n");
-  std::printf("ratio = |qbar_f| / m_f (1: all queries of a head point one way in band f; 0: they cancel)\n\n");
-  std::printf("| layer | mean ratio | least concentrated head | most concentrated head |\n");
-  std::printf("|---|---|---|---|\n");
-  for (int l = 0; l < c.num_layers; ++l) {
-    double layer_sum = 0, lo = 1e30, hi = -1e30;
-    for (int h = 0; h < c.num_heads; ++h) {
-      double head_sum = 0;
-      int counted = 0;
-      for (int f = 0; f < cal.bands(); ++f) {
-        const size_t i = cal.index(l, h, f);
-        if (!(cal.q_abs_mean[i] > 0)) continue;
-        head_sum += std::hypot(double(cal.qbar_re[i]), double(cal.qbar_im[i])) / cal.q_abs_mean[i];
-        ++counted;
-      }
-      const double head_mean = counted ? head_sum / counted : 0.0;
-      layer_sum += head_mean;
-      lo = std::min(lo, head_mean);
-      hi = std::max(hi, head_mean);
-    }
-    std::printf("| %d | %.3f | %.3f | %.3f |\n", l, layer_sum / c.num_heads, lo, hi);
-  }
-  std::printf("\nQueries pointing every way at random would give about sqrt(pi / (4 n)) = %.3f over these n = %lld "
-              "%s:\nratios near it are noise, not a direction.\n",
-              tri_noise_ratio(cal.tokens), (long long)cal.tokens, cal.tokens == 1 ? "token" : "tokens");
+  print_concentration(cal);
 }
 
 }  // namespace
