@@ -308,23 +308,6 @@ struct Page {
   }
 };
 
-// Check 3: every line of a ```cpp block, trimmed, is a line of the chapter's main.cpp.
-void check_excerpt(Page& page, const Block& b) {
-  std::string program;
-  const fs::path main_cpp = page.path.parent_path() / "main.cpp";
-  if (!read_text(main_cpp, program)) {
-    page.fail(b.open, "a ```cpp block, but no " + main_cpp.filename().string() + " beside the text to quote from");
-    return;
-  }
-  std::set<std::string> source_lines;
-  for (const std::string& l : split_lines(program)) source_lines.insert(trim(l));
-  for (size_t k = b.open + 1; k < b.close; ++k) {
-    const std::string t = trim(page.lines[k]);
-    if (t.empty() || t == "..." || t == "// ...") continue;
-    if (!source_lines.count(t)) page.fail(k, "this line of a ```cpp block is not in main.cpp: " + t);
-  }
-}
-
 // Check 1: runs a ```console block's commands and compares what they print with the
 // quoted lines. Adds every number they print, or are given, to `printed`; returns the
 // block's body with today's output (what --update writes).
@@ -370,6 +353,23 @@ void check_prose_numbers(Page& page, const std::set<std::string>& printed) {
     for (const Number& n : numbers(prose))
       if (!n.glued && !printed.count(n.text))
         page.fail(i, "the number " + n.text + " is in the text but no command of this file prints it");
+  }
+}
+
+// Check 3: every line of a ```cpp block, trimmed, is a line of the chapter's main.cpp.
+void check_excerpt(Page& page, const Block& b) {
+  std::string program;
+  const fs::path main_cpp = page.path.parent_path() / "main.cpp";
+  if (!read_text(main_cpp, program)) {
+    page.fail(b.open, "a ```cpp block, but no " + main_cpp.filename().string() + " beside the text to quote from");
+    return;
+  }
+  std::set<std::string> source_lines;
+  for (const std::string& l : split_lines(program)) source_lines.insert(trim(l));
+  for (size_t k = b.open + 1; k < b.close; ++k) {
+    const std::string t = trim(page.lines[k]);
+    if (t.empty() || t == "..." || t == "// ...") continue;
+    if (!source_lines.count(t)) page.fail(k, "this line of a ```cpp block is not in main.cpp: " + t);
   }
 }
 
