@@ -447,6 +447,14 @@ TEST(TriAttention, LoadErrorsNameTheFile) {
   write_text(heads, j.dump());
   expect_error([&] { TriCalibration::load(heads); }, heads, "must list 5 heads");
 
+  // A count past what an int holds: 2^32 + 2 once read as 2 layers, the file's real
+  // count, and passed.
+  j = nlohmann::json::parse(text);
+  j["model"]["num_layers"] = (int64_t(1) << 32) + 2;
+  const std::string wraps = temp_file("wraps.json");
+  write_text(wraps, j.dump());
+  expect_error([&] { TriCalibration::load(wraps); }, wraps, "model.num_layers must be an integer from 1 to 2147483647");
+
   j = nlohmann::json::parse(text);
   j["q_abs_mean"][0][0][3] = nullptr;  // what a NaN becomes in JSON
   const std::string nan = temp_file("nan.json");

@@ -41,12 +41,13 @@ struct TriCalibration {
   // kvscope::Error "SOURCE: ..." if the calibration was made for a model of another shape.
   void check_matches(const ModelConfig& c, const std::string& source) const;
 
-  // JSON (format "kvscope.triattention.calibration", version 1; see triattention_calibration.cpp).
+  // JSON (format "kvscope.triattention.calibration", version 1; see triattention_calibration_file.cpp).
   // kvscope::Error naming the file if it cannot be written or holds a non-finite number.
   void save(const std::string& path) const;
   // kvscope::Error naming the file: unreadable, not JSON (e.g. truncated), another
-  // format or version, missing fields, arrays of the wrong shape, NaN or infinite
-  // values, or (second form) made for a model of another shape.
+  // format or version, missing fields, a count that is not an int, arrays of the
+  // wrong shape, NaN or infinite values, or (second form) made for a model of
+  // another shape. Fuzzed by tests/fuzz/calibration_fuzz.cpp.
   static TriCalibration load(const std::string& path);
   static TriCalibration load(const std::string& path, const ModelConfig& expect);
 };

@@ -100,10 +100,23 @@ def seeds_trace():
     write("trace", "empty", b"kvscope-trace 1 block_size=16 num_blocks=1 strategy=holes events=0\n")
 
 
+def seeds_calibration():
+    # The bundled model's calibration (4 layers x 4 heads x 16 bands), and the smallest
+    # shape a file can declare: 1 layer, 1 head, head_dim 2 (one band).
+    write("calibration", "bundled-model.json", (root / "assets/model/triattention-calibration.json").read_text())
+    write("calibration", "one-band.json", json.dumps({
+        "format": "kvscope.triattention.calibration", "version": 1,
+        "model": {"num_layers": 1, "num_heads": 1, "num_kv_heads": 1, "head_dim": 2, "hidden_size": 2,
+                  "rope_theta": 10000.0, "path": "m"},
+        "text": {"path": "t.txt", "tokens": 3, "chunk": 3},
+        "qbar_re": [[[0.5]]], "qbar_im": [[[-0.25]]], "q_abs_mean": [[[0.75]]]}))
+
+
 if __name__ == "__main__":
     seeds_safetensors()
     seeds_config()
     seeds_tokenizer()
     seeds_trace()
+    seeds_calibration()
     for d in sorted(corpus.iterdir()):
         print(d.name, sorted(p.name for p in d.iterdir()))
