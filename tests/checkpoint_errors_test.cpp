@@ -284,6 +284,28 @@ TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
   EXPECT_THROW(parse_config(c.dump(), "x/config.json"), Error);
 }
 
+// Token ids are ints: a larger one once wrapped (2^32 + 2 -> 2, a real token that
+// would then end every generation), and a fraction was cut to its whole part.
+TEST(Config, TokenIdsPastAnIntAreRefused) {
+  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  for (const char* key : {"eos_token_id", "bos_token_id"})
+    for (const json& id : {json((int64_t(1) << 32) + 2), json(-1), json(2.5), json::array({1, (int64_t(1) << 32) + 2})}) {
+      if (std::string(key) == "bos_token_id" && id.is_array()) continue;  // bos is one id
+      json c = base;
+      c[key] = id;
+      try {
+        parse_config(c.dump(), "x/config.json");
+        ADD_FAILURE() << key << " = " << id.dump() << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(key) + " must be"), std::string::npos) << e.what();
+      }
+    }
+  json c = base;
+  c["eos_token_id"] = {1, 2};
+  c["bos_token_id"] = nullptr;  // as some configs write "none"
+  EXPECT_EQ(parse_config(c.dump(), "x/config.json").eos_token_ids, (std::vector<int>{1, 2}));
+}
+
 TEST(Config, DerivedHeadDimMustDivideExactly) {
   // Found by tests/fuzz/config_fuzz.cpp: hidden 8 and 16 heads without head_dim gave head_dim 0.
   json c = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));

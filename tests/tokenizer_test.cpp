@@ -319,6 +319,13 @@ TEST_F(TinyTokenizer, PostProcessorProblemsNameTheFile) {
   json bad_id = with_template(tiny_tokenizer(false), {kEnd, kText});
   bad_id["post_processor"]["processors"][1]["special_tokens"]["<|end|>"]["ids"] = {5000};
   EXPECT_NE(load_error(bad_id.dump(), "d.json").find("id 5000 has no token"), std::string::npos);
+  // An id past an int once wrapped to a real token (2^32 + 300 -> 300, <|end|>); a
+  // fraction was cut to its whole part.
+  for (const json& id : {json((int64_t(1) << 32) + 300), json(300.5)}) {
+    bad_id["post_processor"]["processors"][1]["special_tokens"]["<|end|>"]["ids"] = {id};
+    const std::string wrapped = load_error(bad_id.dump(), "e.json");
+    EXPECT_NE(wrapped.find("post_processor: id " + id.dump() + " is not a token id"), std::string::npos) << wrapped;
+  }
 }
 
 TEST_F(TinyTokenizer, NormalizesToNfc) {

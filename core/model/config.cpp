@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <system_error>
 #include <nlohmann/json.hpp>
@@ -23,12 +24,20 @@ int positive_int(const json& j, const char* key, const std::string& source) {
   return v.get<int>();
 }
 
+// A token id: an integer from 0 to INT32_MAX (2^32 + 2 must not wrap to 2).
+bool is_token_id(const json& id) {
+  return id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                 : id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
+}
+
 // eos_token_id may be a number or a list of numbers.
 void add_eos_ids(const json& j, std::vector<int>& out, const std::string& source) {
   if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
   const json& v = j["eos_token_id"];
   auto add = [&](const json& id) {
-    if (!id.is_number_integer()) throw file_error(source, "eos_token_id must be an integer or a list of integers");
+    if (!is_token_id(id))
+      throw file_error(source, "eos_token_id must be a token id (an integer from 0 to 2147483647) or a list of them, got " +
+                                   v.dump());
     int x = id.get<int>();
     if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
   };
@@ -80,7 +89,12 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   if (j.contains("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.torch_dtype = j.value("torch_dtype", "float32");
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"].get<int>();
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
+    if (!is_token_id(j["bos_token_id"]))
+      throw file_error(source, "bos_token_id must be a token id (an integer from 0 to 2147483647) or null, got " +
+                                   j["bos_token_id"].dump());
+    c.bos_token_id = j["bos_token_id"].get<int>();
+  }
   add_eos_ids(j, c.eos_token_ids, source);
 
   if (c.num_heads % c.num_kv_heads != 0)

@@ -349,8 +349,13 @@ void read_post_processor(const json& p, std::vector<int>& prefix, std::vector<in
                                "post_processor.single[].SpecialToken.id", path);
     const std::string token = name.get<std::string>();
     const json& entry = require(specials, token.c_str(), "post_processor.special_tokens[" + name.dump() + "]", path);
-    for (const json& id : require(entry, "ids", "post_processor.special_tokens[].ids", path))
+    for (const json& id : require(entry, "ids", "post_processor.special_tokens[].ids", path)) {
+      const bool is_int = id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                                  : id.is_number_integer() && id.get<int64_t>() >= INT32_MIN &&
+                                                        id.get<int64_t>() <= INT32_MAX;
+      if (!is_int) throw file_error(path, "post_processor: id " + id.dump() + " is not a token id");  // 2^32 + 5 is not 5
       (seen_text ? suffix : prefix).push_back(id.get<int>());
+    }
   }
   if (!seen_text) throw file_error(path, "post_processor.single has no {\"Sequence\": {\"id\": \"A\"}}");
 }
