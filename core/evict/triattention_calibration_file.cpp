@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/json_int.h"
 #include "util/file.h"
 
 namespace kvscope {
@@ -77,10 +78,7 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key, const std:
 int64_t int_field(const nlohmann::json& j, const char* key, const std::string& where, const std::string& path,
                   int64_t min_value, int64_t max_value = std::numeric_limits<int>::max()) {
   const nlohmann::json& v = field(j, key, where, path);
-  // An unsigned number past INT64_MAX would wrap in get<int64_t>(): it is out of range too.
-  const bool fits = v.is_number_integer() &&
-                    !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()));
-  if (!fits || v.get<int64_t>() < min_value || v.get<int64_t>() > max_value)
+  if (!json_int_in(v, min_value, max_value))
     throw file_error(path, where + "." + key + " must be an integer from " + std::to_string(min_value) + " to " +
                                std::to_string(max_value));
   return v.get<int64_t>();

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json_int.h"
 #include "util/file.h"
 
 namespace kvscope {
@@ -19,16 +20,13 @@ namespace {
 int positive_int(const json& j, const char* key, const std::string& source) {
   if (!j.contains(key)) throw file_error(source, std::string("missing field \"") + key + "\"");
   const json& v = j[key];
-  if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (1 << 30))
+  if (!json_int_in(v, 1, 1 << 30))
     throw file_error(source, std::string("field \"") + key + "\" must be a positive integer, got " + v.dump());
   return v.get<int>();
 }
 
 // A token id: an integer from 0 to INT32_MAX (2^32 + 2 must not wrap to 2).
-bool is_token_id(const json& id) {
-  return id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT32_MAX)
-                                 : id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
-}
+bool is_token_id(const json& id) { return json_int_in(id, 0, INT32_MAX); }
 
 // eos_token_id may be a number or a list of numbers.
 void add_eos_ids(const json& j, std::vector<int>& out, const std::string& source) {

@@ -18,6 +18,7 @@
 
 #include "util/error.h"
 #include "util/file.h"
+#include "util/json_int.h"
 
 namespace kvscope {
 
@@ -350,10 +351,8 @@ void read_post_processor(const json& p, std::vector<int>& prefix, std::vector<in
     const std::string token = name.get<std::string>();
     const json& entry = require(specials, token.c_str(), "post_processor.special_tokens[" + name.dump() + "]", path);
     for (const json& id : require(entry, "ids", "post_processor.special_tokens[].ids", path)) {
-      const bool is_int = id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT32_MAX)
-                                                  : id.is_number_integer() && id.get<int64_t>() >= INT32_MIN &&
-                                                        id.get<int64_t>() <= INT32_MAX;
-      if (!is_int) throw file_error(path, "post_processor: id " + id.dump() + " is not a token id");  // 2^32 + 5 is not 5
+      if (!json_int_in(id, INT32_MIN, INT32_MAX))  // 2^32 + 5 is not 5
+        throw file_error(path, "post_processor: id " + id.dump() + " is not a token id");
       (seen_text ? suffix : prefix).push_back(id.get<int>());
     }
   }
@@ -374,7 +373,7 @@ std::vector<AddedToken> read_added_tokens(const json& doc, const std::string& pa
   for (const json& a : doc["added_tokens"]) {
     const json& id = require(a, "id", "added_tokens[].id", path);
     const json& content = require(a, "content", "added_tokens[].content", path);
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX || !content.is_string() ||
+    if (!json_int_in(id, 0, INT32_MAX) || !content.is_string() ||
         content.get<std::string>().empty())
       throw file_error(path, "added_tokens: entry " + a.dump() + " needs an id and a non-empty content");
     added.push_back({id.get<int>(), content.get<std::string>(), a.value("special", false)});
