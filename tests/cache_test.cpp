@@ -19,6 +19,7 @@
 #include "cache/block_pool.h"
 #include "cache/invariants.h"
 #include "cache/kv_cache.h"
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "evict/policy.h"
 #include "sim/synthetic.h"

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cache/invariants.h"
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "engine/engine.h"
 #include "engine/generate.h"

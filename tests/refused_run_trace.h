@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 
 namespace kvscope::test {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cache/invariants.h"
-#include "cache/trace.h"
+#include "cache/occupancy.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/weights.h"

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "sim/synthetic.h"
 #include "run_kvscope.h"

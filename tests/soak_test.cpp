@@ -3,7 +3,7 @@
 // again and again. Checked as it goes:
 //
 //   every event      an Occupancy replays it (a block is allocated only when
-//                    free, a slot written only when empty, ... see cache/trace.h)
+//                    free, a slot written only when empty, ... see cache/occupancy.h)
 //   every operation  the positions each sequence holds are the ones a shadow
 //                    model says it kept (check_kept: no token lost, none revived)
 //   every 64th       check_invariants (ownership, counts, token order, holes),
@@ -27,7 +27,7 @@
 #include "cache/invariants.h"
 #include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
-#include "cache/trace.h"
+#include "cache/occupancy.h"
 #include "util/error.h"
 #include "util/splitmix64.h"
 

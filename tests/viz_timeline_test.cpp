@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "run_kvscope.h"
 #include "sim/synthetic.h"

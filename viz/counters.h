@@ -1,7 +1,7 @@
 // Counters: every number the app shows about a run, and where it comes from.
 //
 // They are counted from the events as the timeline applies them, plus the
-// replayed Occupancy (cache/trace.h) for what is in use now. The definitions
+// replayed Occupancy (cache/occupancy.h) for what is in use now. The definitions
 // are those of `kvscope simulate` and the engine's SequenceStats, so the app
 // and the command line agree to the digit at the end of a run:
 //
@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "cache/events.h"
-#include "cache/trace.h"
+#include "cache/occupancy.h"
 
 namespace kvscope::viz {
 

@@ -1,7 +1,7 @@
 // Timeline and Session: moving through recorded runs. No drawing here.
 //
 // A Timeline holds one recorded Run and a cursor: the number of its events
-// applied so far. The state at the cursor is an Occupancy (cache/trace.h)
+// applied so far. The state at the cursor is an Occupancy (cache/occupancy.h)
 // replayed from the events, and the Counters (counters.h) counted from them.
 // Moving forward applies events; moving back restores the nearest snapshot
 // before the target and replays from there, so any cursor shows exactly what
@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/trace.h"
+#include "cache/occupancy.h"
 #include "counters.h"
 #include "run.h"
 

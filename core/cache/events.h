@@ -2,10 +2,12 @@
 //
 // The cache appends one Event per mutation to an EventLog when it has one. The
 // visualiser, the tutorials and the invariant tests all read this one stream, and
-// a recorded stream replays the cache's occupancy exactly (cache/trace.h).
+// a recorded stream replays the cache's occupancy exactly (cache/occupancy.h);
+// cache/trace.h writes and reads one on disk.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kvscope {
@@ -31,5 +33,8 @@ struct Event {
 };
 
 using EventLog = std::vector<Event>;
+
+// One event in words, for messages and debugging: "slot_moved seq 0 block 2 slot 0 <- block 5 slot 3 pos 81".
+std::string describe(const Event& e);
 
 }  // namespace kvscope

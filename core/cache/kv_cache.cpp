@@ -8,19 +8,6 @@
 
 namespace kvscope {
 
-const char* event_name(EventKind kind) {
-  switch (kind) {
-    case EventKind::BlockAllocated: return "block_allocated";
-    case EventKind::BlockFreed: return "block_freed";
-    case EventKind::SlotWritten: return "slot_written";
-    case EventKind::SlotEvicted: return "slot_evicted";
-    case EventKind::SlotMoved: return "slot_moved";
-    case EventKind::RoundBegin: return "round_begin";
-    case EventKind::RoundEnd: return "round_end";
-  }
-  return "?";
-}
-
 const char* strategy_name(MemoryStrategy s) {
   switch (s) {
     case MemoryStrategy::HolesOnly: return "holes";

@@ -1,6 +1,7 @@
 // Fuzz target: a trace file, read and then replayed (what kvscope-viz does with
 // a file it is given). Each step either succeeds or throws kvscope::Error;
 // anything else (a crash, a huge allocation, another exception) is a bug.
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "fuzz_util.h"
 #include "util/error.h"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "engine/engine.h"
 #include "model/attention.h"
