@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cache/kv_cache.h"
@@ -361,6 +362,21 @@ TEST(BadInput, AModelFolderThatIsNotOneIsNamed) {
   expect_one_line_error("serve-bench --config '" + model + "'", want);
   expect_one_line_error("generate --prompt hi --model '" + model + "/config.json'",
                         model + "/config.json: is a file, not a model folder; give " + model);
+}
+
+// Once a floating-point exception (exit 136): 2^30 layers of head_dim 2^30 made
+// the K/V bytes per token wrap to 0, and kvscope memory divided by it.
+TEST(BadInput, AConfigTooLargeToCountIsRefused) {
+  const std::string path = test::binary_path("huge_config_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 1073741824, "num_attention_heads": 2, "num_key_value_heads": 2,
+    "head_dim": 1073741824, "vocab_size": 64})";
+  const std::string config = " --config '" + path + "'";
+  const std::string want = path + ": num_attention_heads x head_dim = 2147483648 is more than kvscope handles (2^30)";
+  expect_one_line_error("memory" + config, want);
+  expect_one_line_error("bench decode" + config, want);
+  expect_one_line_error("serve-bench" + config, want);
+  std::remove(path.c_str());
 }
 
 TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {

@@ -269,6 +269,18 @@ TEST_F(SuspiciousCheckpoint, DtypeOtherThanTheConfigSaysIsAWarning) {
   expect_warning("is F32 but config.json says torch_dtype \"bfloat16\" (as are 23 more tensors); loaded as stored");
 }
 
+// torch_dtype is optional: a config without it says nothing the tensors could
+// contradict (it was once read as "float32", and BF16 tensors drew a warning).
+TEST_F(SuspiciousCheckpoint, NoTorchDtypeIsNoWarning) {
+  make_copy("tiny-bf16-sharded");
+  edit_config([](json& c) { c.erase("torch_dtype"); });
+  Model m;
+  ASSERT_NO_THROW(m = load_model(dir_.string()));
+  EXPECT_TRUE(m.warnings.empty()) << m.warnings.front();
+  edit_config([](json& c) { c["torch_dtype"] = "float32"; });  // and said, it is still checked
+  expect_warning("is BF16 but config.json says torch_dtype \"float32\"");
+}
+
 TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
   auto base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
   for (const char* key : {"attention_bias", "use_sliding_window"}) {
@@ -319,6 +331,39 @@ TEST(Config, DerivedHeadDimMustDivideExactly) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of num_attention_heads"), std::string::npos) << e.what();
   }
+}
+
+// Each field may be up to 2^30, but not their products: 2^30 layers of head_dim
+// 2^30 once made `kvscope memory` divide by a K/V size that had wrapped to 0
+// (SIGFPE), and printed a negative byte count for others.
+TEST(Config, SizesWhoseProductsOverflowAreRefused) {
+  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  const auto expect_refused = [&](const json& c, const std::string& part) {
+    try {
+      parse_config(c.dump(), "x/config.json");
+      ADD_FAILURE() << c.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  json c = base;
+  c["head_dim"] = 1 << 30;  // 4 heads: q_proj would have 2^32 rows
+  expect_refused(c, "num_attention_heads x head_dim = 4294967296 is more than kvscope handles (2^30)");
+  c = base;
+  c["num_hidden_layers"] = 1 << 30;
+  c["intermediate_size"] = 1 << 30;
+  expect_refused(c, "parameters, more than kvscope handles (1e15)");
+
+  // Just inside: 2^30 layers of a tiny width load, and the count is still exact
+  // (a parameter count is linear in the layers).
+  const auto parameters = [&](int layers) {
+    json l = base;
+    l["num_hidden_layers"] = layers;
+    return parse_config(l.dump(), "x/config.json").parameter_count();
+  };
+  const int64_t per_layer = parameters(2) - parameters(1);
+  EXPECT_EQ(parameters(1 << 30), parameters(1) + ((int64_t(1) << 30) - 1) * per_layer);
+  EXPECT_GT(parameters(1 << 30), int64_t(1e13));
 }
 
 TEST(Config, ReadsTheRealQwen3Configs) {

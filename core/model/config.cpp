@@ -28,6 +28,34 @@ int positive_int(const json& j, const char* key, const std::string& source) {
 // A token id: an integer from 0 to INT32_MAX (2^32 + 2 must not wrap to 2).
 bool is_token_id(const json& id) { return json_int_in(id, 0, INT32_MAX); }
 
+// Parameters of the checkpoint (lm_head counted once when tied), counted in N:
+// int64_t for ModelConfig::parameter_count, long double to check that the sizes
+// a file gives cannot overflow it.
+template <typename N>
+N count_parameters(const ModelConfig& c) {
+  const N h = c.hidden_size, q_dim = N(c.num_heads) * c.head_dim, kv_dim = N(c.num_kv_heads) * c.head_dim;
+  N per_layer = h * q_dim + 2 * h * kv_dim + q_dim * h;  // q, k, v, o
+  per_layer += 3 * h * c.intermediate_size;             // gate, up, down
+  per_layer += 2 * h + 2 * N(c.head_dim);               // two norms, q_norm, k_norm
+  const N embed = N(c.vocab_size) * h;
+  return embed * (c.tie_word_embeddings ? 1 : 2) + N(c.num_layers) * per_layer + h;
+}
+
+// Each field is at most 2^30, but their products are the sizes everything else
+// computes with: rows of q_proj in an int, parameters and bytes in an int64_t.
+// The largest real models have about 1e12 parameters.
+constexpr int64_t kMaxQDim = int64_t(1) << 30;
+constexpr long double kMaxParameters = 1e15L;
+
+void check_sizes(const ModelConfig& c, const std::string& source) {
+  if (int64_t(c.num_heads) * c.head_dim > kMaxQDim)
+    throw file_error(source, "num_attention_heads x head_dim = " + std::to_string(int64_t(c.num_heads) * c.head_dim) +
+                                 " is more than kvscope handles (2^30)");
+  if (const long double n = count_parameters<long double>(c); n > kMaxParameters)
+    throw file_error(source, "the sizes describe a model of " + number_text(double(n)) +
+                                 " parameters, more than kvscope handles (1e15)");
+}
+
 // eos_token_id may be a number or a list of numbers.
 void add_eos_ids(const json& j, std::vector<int>& out, const std::string& source) {
   if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
@@ -86,7 +114,7 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   if (j.contains("rms_norm_eps")) c.rms_norm_eps = j["rms_norm_eps"].get<float>();
   if (j.contains("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-  c.torch_dtype = j.value("torch_dtype", "float32");
+  c.torch_dtype = j.value("torch_dtype", "");  // optional: only a hint checked against the tensors
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
     if (!is_token_id(j["bos_token_id"]))
       throw file_error(source, "bos_token_id must be a token id (an integer from 0 to 2147483647) or null, got " +
@@ -98,6 +126,7 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   if (c.num_heads % c.num_kv_heads != 0)
     throw file_error(source, "num_attention_heads (" + std::to_string(c.num_heads) + ") is not a multiple of num_key_value_heads (" +
                                  std::to_string(c.num_kv_heads) + ")");
+  check_sizes(c, source);
   if (c.head_dim % 2 != 0) throw file_error(source, "head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) throw file_error(source, "rms_norm_eps and rope_theta must be positive");
   if (j.value("hidden_act", "silu") != "silu") throw file_error(source, "hidden_act must be \"silu\"");
@@ -149,13 +178,6 @@ ModelConfig load_config(const std::string& model_dir) {
   return c;
 }
 
-int64_t ModelConfig::parameter_count() const {
-  int64_t h = hidden_size, per_layer = 0;
-  per_layer += h * q_dim() + 2 * h * kv_dim() + q_dim() * h;  // q, k, v, o
-  per_layer += 3 * h * intermediate_size;                      // gate, up, down
-  per_layer += 2 * h + 2 * head_dim;                           // two norms, q_norm, k_norm
-  int64_t embed = int64_t(vocab_size) * h;
-  return embed * (tie_word_embeddings ? 1 : 2) + num_layers * per_layer + h;
-}
+int64_t ModelConfig::parameter_count() const { return count_parameters<int64_t>(*this); }
 
 }  // namespace kvscope

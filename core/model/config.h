@@ -19,7 +19,7 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   double rope_theta = 1e6;
   bool tie_word_embeddings = false;
-  std::string torch_dtype;       // "bfloat16", "float16" or "float32": how the weights are stored
+  std::string torch_dtype;       // "bfloat16", "float16" or "float32": how the weights are stored ("" = not said)
   std::vector<int> eos_token_ids;  // from config.json and generation_config.json
   int bos_token_id = -1;
 

@@ -115,7 +115,7 @@ int64_t count_non_finite(const TensorView& t) {
   return bad;
 }
 
-// config.json's torch_dtype as a DType; nullopt when absent or unknown.
+// config.json's torch_dtype as a DType; nullopt when absent or unknown (nothing to check).
 std::optional<DType> config_dtype(const ModelConfig& c) {
   if (c.torch_dtype == "float32") return DType::F32;
   if (c.torch_dtype == "float16") return DType::F16;
