@@ -52,6 +52,10 @@ def seeds_config():
         "model_type": "qwen3", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "vocab_size": 10,
         "eos_token_id": [1, 2], "rope_scaling": None}))
+    # Fields each in range whose products are not: K/V bytes per token wrapped to 0.
+    write("config", "huge-sizes.json", json.dumps({
+        "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2**30,
+        "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 2**20, "vocab_size": 64}))
 
 
 def seeds_tokenizer():
