@@ -52,7 +52,8 @@ class Occupancy {
   int num_sequences() const { return int(seqs_.size()); }  // ids seen so far
   int live(int seq) const;                                 // 0 for an id never seen
   // The sequence's block table: its blocks in allocation order, the order the
-  // cache keeps them in (it appends on allocation and never reorders).   O(num_blocks)
+  // cache keeps them in (it appends on allocation and never reorders).
+  // O(num_blocks + k log k) for a sequence of k blocks.
   std::vector<int> table(int seq) const;
   size_t events_applied() const { return applied_; }
 
@@ -86,7 +87,7 @@ class Occupancy {
 };
 
 // Replays the first `upto` events (all by default) from an empty cache. An error
-// names the event: "event 812 (slot_written seq 0 block 3 slot 5 pos 77): ...".
+// names the event: "event 812: slot_written seq 0 block 3 slot 5 pos 77: ...".
 // With upto < size, a round cut in half is not an error (scrubbing).
 Occupancy replay(const TraceHeader& header, const EventLog& events, size_t upto = SIZE_MAX);
 

@@ -2,8 +2,11 @@
 // attention it got from them, summed over layers and heads) are smoothed by an
 // average pool of width 5 over neighbouring keys, and the top keys are kept with
 // the window. The paper compresses once, after the prefill; here every eviction
-// round uses the window of the latest 32 queries (the prefill's last 32 at first,
-// then the decode steps as they come). Needs the eager attention path.
+// round counts the votes of the newest forward steps that together hold at least
+// 32 queries. A step's votes arrive summed, so a step is kept or dropped whole:
+// the prefill's last 32 vote together with every decode step since, until 32
+// decode steps have come (up to 63 queries), then the last 32 decode steps.
+// Needs the eager attention path.
 #pragma once
 
 #include <deque>
@@ -29,7 +32,7 @@ class SnapKVPolicy : public EvictionPolicy {
     int n_queries;
     std::unordered_map<int64_t, float> votes;  // position -> attention from this step's queries
   };
-  std::deque<Step> steps_;  // the newest steps covering the last kWindow queries
+  std::deque<Step> steps_;  // the newest steps holding at least kWindow queries together
 };
 
 }  // namespace kvscope

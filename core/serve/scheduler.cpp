@@ -134,9 +134,6 @@ bool Scheduler::step() {
   }
 
   const std::vector<int> ids = running_;  // finish() edits running_ below
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (requests_[ids[i]].context() - requests_[ids[i]].fed > 1)  // prefilling, not decoding
-      stats_.prefill_tokens += int64_t(items[i].tokens.size());
   const float* logits = engine_.step_batch(items);
 
   const int vocab = engine_.model().config.vocab_size;

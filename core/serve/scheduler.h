@@ -66,8 +66,7 @@ struct ServeStats {
   int steps = 0;
   int peak_running = 0;           // most sequences in one batch
   int preemptions = 0;
-  int64_t prefill_tokens = 0;     // prompt (and recomputed) tokens through the model
-  int64_t recomputed_tokens = 0;  // of those, tokens that had been in the cache before a preemption
+  int64_t recomputed_tokens = 0;  // tokens fed again: they had been in the cache before a preemption
   int64_t generated_tokens = 0;   // sampled tokens
   size_t bytes_moved = 0;         // by compaction
   std::vector<int> blocks_in_use; // [steps] pool blocks held after each step
