@@ -741,6 +741,9 @@ TEST_F(TraceErrors, UnknownKindAndOutOfRange) {
   expect_read_error(with(1, 2, 4), "event 1 (slot_written): slot 4 out of range [0, 4)");       // slot field
   expect_read_error(with(1, 4, 0), "source slot -256 out of range");  // 0xFF00: a from_slot on a write
   expect_read_error(with(2, 1, 1), "reserved byte is not 0");
+  // pos (offset 18, 8 bytes): a position on a token event, -1 on a block event.
+  expect_read_error(with(1, 25, 0x80), "event 1 (slot_written): position -92");  // top byte: negative
+  expect_read_error(with(0, 18, 0x05), "event 0 (block_allocated): position -251 on a block event (must be -1)");
 }
 
 // ---- replay: Occupancy --------------------------------------------------------------

@@ -200,7 +200,9 @@ void check_record(const Event& e, const TraceHeader& h, size_t i, const std::str
     fail("source block " + std::to_string(e.from_block) + " out of range");
   if (move ? !in_range(e.from_slot, h.block_size) : e.from_slot != -1)
     fail("source slot " + std::to_string(e.from_slot) + " out of range");
-  if ((slot_event || round) && e.pos < 0) fail("position " + std::to_string(e.pos) + " is negative");
+  const bool has_pos = slot_event || round;
+  if (has_pos && e.pos < 0) fail("position " + std::to_string(e.pos) + " is negative");
+  if (!has_pos && e.pos != -1) fail("position " + std::to_string(e.pos) + " on a block event (must be -1)");
 }
 
 }  // namespace
