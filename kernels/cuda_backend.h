@@ -13,8 +13,9 @@
 // kernels of kernels.h; decode (T = 1) uses the GEMV and paged attention,
 // prefill cuBLAS and the tiled flash attention, and the eager path when a policy
 // asks for attention probabilities. A batch (a serving step) is one pass over
-// all its rows, laid out as the CPU lays them: the decoding sequences' rows share
-// one GEMV per weight matrix, each prefill chunk gets its own GEMM; the decoding
+// all its rows, laid out as the CPU lays them (except that among the decoding
+// rows the paged ones come first, then the eager ones): the decoding sequences'
+// rows share one GEMV per weight matrix, each prefill chunk gets its own GEMM; the decoding
 // sequences share one paged attention launch (each row through its own block
 // table), those that need probabilities (H2O) share one run of the eager kernels,
 // and each prefill chunk gets the flash or eager kernel to itself.

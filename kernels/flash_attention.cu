@@ -10,16 +10,17 @@
 //   S  [kQueryTile][kKeyTile]       scores, then probabilities, of this tile
 //   O  [kQueryTile][head_dim]       the running output
 //   m, l, rescale [kQueryTile]      running max, running sum, this tile's rescale factor
+//   query_pos [kQueryTile], key_pos [kKeyTile]   (int) the positions of the queries and this tile's keys
 //
 // The +1 on the rows of Q, K, V is padding: in step 3 a warp's threads read the
 // same dimension of 32 different keys; with rows of head_dim + 1 floats those
 // addresses fall in 32 different banks instead of one.
 //
 // Per key tile, with a __syncthreads between steps:
-//   2. all threads load the tile's positions; a tile whose keys all come after the
-//      block's latest query is skipped whole, as on the CPU (in a causal prefill,
-//      about half of them); else all threads load K, V (each slot's row is
-//      contiguous: coalesced);
+//   2. the first kKeyTile threads load the tile's positions, which every thread
+//      then reads; a tile whose keys all come after the block's latest query is
+//      skipped whole, as on the CPU (in a causal prefill, about half of them);
+//      else all threads load K, V (each slot's row is contiguous: coalesced);
 //   3. all threads compute S = Q K^T / sqrt(d), masked by position (holes, later tokens);
 //   4. one thread per query row folds S into its running softmax: new max, rescale
 //      factor exp(m_old - m_new), probabilities p = exp(s - m_new), running sum;

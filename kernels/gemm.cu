@@ -10,8 +10,8 @@
 // multiplied; x stays f32 (never rounded to bf16). The products are plain f32:
 // the handle's math mode is CUBLAS_DEFAULT_MATH, which does not use TF32.
 //
-// The library is opened at the first of these calls, not at program start
-// (cublas_loader.cpp).
+// The library is opened by prepare_matmul() when a CudaBackend is made (or by
+// the first GEMM, whichever comes first), not at program start (cublas_loader.cpp).
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -22,8 +22,9 @@
 
 namespace kvscope::cuda {
 
-// One handle for the process, made at the first GEMM (and never destroyed: the
-// driver reclaims it at exit). Uses the default stream, like every kernel here.
+// One handle for the process, made by prepare_matmul() or the first GEMM (and never
+// destroyed: the driver reclaims it at exit). Uses the default stream, like every
+// kernel here.
 static cublasHandle_t blas() {
   static cublasHandle_t handle = [] {
     cublasHandle_t h;

@@ -108,7 +108,9 @@ void key_scores(double* raw, const float* w, const float* gap, const int* slots,
                 int num_layers, size_t layer_floats, Heads h);  // (triattention.cu)
 
 // Executes a compaction plan on K and V of every layer (CPU: KvStorage::apply):
-// moves[i] copies slot from[i] to slot to[i], in plan order.              (compaction.cu)
+// moves[i] copies slot from[i] to slot to[i], with the result of plan order for a
+// plan whose every destination is a hole or an earlier move's source, as
+// PagedKvCache::plan_compaction makes them (the kernel reads ahead).  (compaction.cu)
 //   k, v: [num_layers, layer_floats] with slot rows of kv_dim   from, to: [moves] block * block_size + slot
 void compact(float* k, float* v, const int* from, const int* to, int moves, int num_layers, size_t layer_floats,
              int kv_dim);

@@ -101,6 +101,21 @@ TEST_F(BrokenCheckpoint, HeaderLongerThanFile) {
   expect_error(weights(), "exceeds the file size");
 }
 
+// The format caps a header at 100,000,000 bytes; a file (sparse here) long enough
+// to hold one longer is refused before its header is parsed.
+TEST_F(BrokenCheckpoint, HeaderOverTheFormatsLimit) {
+  for (const uint64_t n : {uint64_t(100'000'000), uint64_t(100'000'001)}) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = char((n >> (8 * i)) & 0xff);
+    write(weights(), bytes + "{}");
+    fs::resize_file(weights(), 8 + n + 16);
+    if (n == 100'000'000)  // at the limit: read (no tensors), refused only for the data after it
+      expect_error(weights(), "16 bytes after the last tensor");
+    else
+      expect_error(weights(), "header length 100000001 is over the format's limit of 100000000 bytes");
+  }
+}
+
 TEST_F(BrokenCheckpoint, HeaderIsNotJson) {
   std::string bytes = read_file(weights());
   bytes[8] = '[';

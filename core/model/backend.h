@@ -2,7 +2,7 @@
 //
 // The host keeps the bookkeeping (PagedKvCache: block tables, positions, the
 // pool) and the policies; a backend holds the weights and the K/V storage and
-// does the arithmetic. Three things are asked of it:
+// does the arithmetic. Four things are asked of it:
 //
 //   forward      run tokens through the model, appending their K/V (model/qwen3.h)
 //   forward_batch  the same for several sequences in one pass (a serving step)

@@ -18,7 +18,7 @@
 // What each thread does
 // ---------------------
 // The rows are shared out among the OpenMP threads in a few large runs of
-// consecutive rows (a "guided" schedule, see matvec() below: with two threads,
+// consecutive rows (a "guided" schedule, see matvec_rows() below: with two threads,
 // thread A takes the first half, thread B the next quarter, and the rest goes in
 // shrinking pieces to whichever thread is free).  A thread computes y[r] for the
 // rows of its run one after the other.  Because rows are adjacent, it then reads
@@ -174,8 +174,8 @@ void matvec_rows(int rows, int cols, int n, std::size_t elem, Row row) {
     for (int r = 0; r < rows; ++r) row(r);
     return;
   }
-  // Rows are handed out by OpenMP's "guided" schedule: the first thread to ask gets
-  // half of the rows, the next half of what is left, and so on, down to chunks of
+  // Rows are handed out by OpenMP's "guided" schedule: each thread that asks gets
+  // 1/threads of the rows still left (half with two threads), down to chunks of
   // min_chunk rows.  So each thread still reads a few long contiguous runs, but the
   // last small chunks go to whichever thread is ahead, and both finish together.
   // (A fixed split into equal halves was 2-5% slower over the whole model: the two

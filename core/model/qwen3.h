@@ -1,4 +1,5 @@
-// The Qwen3 decoder: one forward(tokens, pos) for prefill and decode alike.
+// The Qwen3 decoder: one forward(tokens) for prefill and decode alike, at the
+// positions the paged cache gives the sequence next.
 //
 // In the spirit of llama2.c: plain structs for the state, one function that
 // runs the layers. For each layer (pre-norm residual blocks):
@@ -31,7 +32,7 @@ struct RunState {
   std::vector<float> att;      // [T, q_dim]         attention output, before o_proj
   std::vector<float> gate;     // [T, intermediate]
   std::vector<float> up;       // [T, intermediate]
-  std::vector<float> logits;   // [logit_rows, vocab]: T with all_logits, else 1
+  std::vector<float> logits;   // [logit_rows, vocab]: T with all_logits, else 1; forward_batch: one per item
 
   void reserve(const ModelConfig& c, int T, int logit_rows);
 };

@@ -31,7 +31,7 @@ int64_t TensorView::numel() const {
 
 namespace {
 
-constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit is 100 MB
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the format's own limit (safetensors' MAX_HEADER_SIZE)
 
 DType parse_dtype(const std::string& s, const std::string& file, const std::string& name) {
   if (s == "F32") return DType::F32;
@@ -83,7 +83,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
   if (n > size - 8)
     throw file_error(path, "header length " + std::to_string(n) + " exceeds the file size " + std::to_string(size) +
                                " (truncated or not a safetensors file)");
-  if (n > kMaxHeaderBytes) throw file_error(path, "header length " + std::to_string(n) + " is over the 100 MB limit");
+  if (n > kMaxHeaderBytes) throw file_error(path, "header length " + std::to_string(n) + " is over the format's limit of 100000000 bytes");
 
   json header = json::parse(map_.data() + 8, map_.data() + 8 + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) throw file_error(path, "header is not valid JSON");

@@ -111,7 +111,7 @@ class StreamDecoder {
 
   // Adds one token; returns the characters completed by it (maybe "").
   std::string push(int id);
-  // At the end: whatever is still held back (an unfinished character -> U+FFFD).
+  // At the end: whatever is still held back (each byte of an unfinished character -> U+FFFD).
   std::string flush();
 
  private:

@@ -2,7 +2,8 @@
 // an Error too, for callers that want to tell a full pool from bad input).
 //
 // Every message names what was being read and what is wrong with it, on one
-// line, e.g. "tests/models/x/model.safetensors: header length 9000 exceeds file size 512".
+// line, e.g. "x/model.safetensors: header length 9000 exceeds the file size 512
+// (truncated or not a safetensors file)".
 // The command-line program prints it after "kvscope: error: " and exits with 1.
 #pragma once
 
