@@ -73,7 +73,7 @@ class App {
   // One frame of the whole window: call between ImGui::NewFrame() and ImGui::Render().
   void frame(float dt);
 
-  // The headline: "blog-16k-random: evicted 87.5% — freed 12% (holes) vs 87% (compact)".
+  // The headline: "blog-16k-random: evicted 87.5% — freed 12.0% (holes) vs 87.5% (compact)".
   // Served runs schedule the requests each its own way, and evict different shares:
   // "serve-model: evicted 68.1%, freed 30% (holes) vs evicted 76.7%, freed 45% (compact)".
   // Once every request is released nothing is held, and a run's figure is its
@@ -110,7 +110,6 @@ class App {
   PoolGeometry pools[2];
   Unit step_unit = Unit::Event;
   ImFont* title_font = nullptr;
-  bool screenshot = false;  // headless: no background recording, no mouse
 
  private:
   void adopt(Recorded rec);

@@ -2,8 +2,10 @@
 // evicted. Kept = live in the cache at the cursor (Timeline::locate finds its
 // slot); evicted = written before the cursor but no longer live. The policy
 // makes the same choices under every memory strategy, so one strip serves both
-// pool views. With a model's text (and not too many tokens) the tokens are
-// drawn as words; otherwise as cells, several tokens a cell for long runs.
+// pool views; where the runs differ (served requests, two unrelated traces) the
+// strip shows the primary run and says so. With a model's text (and not too many
+// tokens) the tokens are drawn as words; otherwise as cells, several tokens a
+// cell for long runs.
 #include <algorithm>
 #include <cmath>
 

@@ -381,7 +381,6 @@ int run(const Args& a) {
 
   const ModelSource model = model_source(a);
   App app(model);
-  app.screenshot = headless;
   if (!a.traces.empty()) {
     app.load_traces(a.traces);  // kvscope::Error naming the file
   } else {
@@ -396,6 +395,8 @@ int run(const Args& a) {
 
   // Where the clock stands, and where the mouse points: checked before a display is opened.
   if (headless || !a.at.empty()) place(*app.session, a.play && a.at.empty() ? "start" : a.at);
+  if (a.play && app.session->cursor() >= app.session->length())  // once, --play rewound to the start unasked
+    fail("--play from --at " + a.at + ": that is the end of the run, where nothing is left to play");
   const ImVec2 mouse = mouse_position(a, width, height);
 
   GLFWwindow* window = open_window(app, width, height, headless);

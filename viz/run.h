@@ -90,8 +90,8 @@ class ScoresAt {
   std::optional<double> operator()(int seq, int64_t pos) const;
   bool known() const { return run_->has_scores(); }
 
-  // Shading: maps a score to [0, 1] by its rank among the live tokens' scores
-  // (the 5th percentile -> 0, the 95th -> 1), so a heavy tail does not wash out
+  // Shading: maps a score to [0, 1] linearly between the live tokens' 5th- and
+  // 95th-percentile scores (clamped outside), so a heavy tail does not wash out
   // the rest. `live` lists (seq, pos) of live tokens (a sample is enough).
   void fit(const std::vector<std::pair<int, int64_t>>& live);
   float shade(double score) const;

@@ -263,8 +263,7 @@ class RecordingPolicy : public EvictionPolicy {
 
 std::string find_calibration(const ModelSource& m) {
   if (!m.calibration.empty()) return m.calibration;
-  for (const char* name : {"triattention-calibration.json", "calibration.json"})
-    if (file_exists(m.dir + "/" + name)) return m.dir + "/" + name;
+  if (const std::string in_folder = m.dir + "/triattention-calibration.json"; file_exists(in_folder)) return in_folder;
   throw Error("TriAttention needs a calibration file of the model's query centres, and " + m.dir +
               " has none (looked for triattention-calibration.json): make one with `kvscope calibrate --model " +
               m.dir + " --text FILE --out calib.json` and pass --calibration calib.json");

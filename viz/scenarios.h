@@ -16,6 +16,8 @@
 //
 // Each strategy is a separate run of the same workload and seed: the policy
 // makes the same choices in each, only what the cache does with the holes differs.
+// Served requests are the exception: the scheduler admits and preempts by what
+// each strategy frees, so their runs differ.
 #pragma once
 
 #include <cstdint>

@@ -327,7 +327,7 @@ float Session::slide_progress() const {
 
 void Session::update(double dt) {
   clock_ += dt;
-  // Fast playback shortens the pauses and slides (not below a few frames).
+  // Fast playback shortens the pauses (down to nothing) and the slides (not below 0.15 s).
   const double tempo = std::min(1.0, 20000.0 / std::max(speed, 1.0));
   if (slide_.view >= 0) {
     slide_.t += dt / slide_.seconds;

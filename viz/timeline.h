@@ -178,7 +178,7 @@ class Session {
   bool playing = false;
   double speed = 10000;        // events per second
   bool animate = true;         // pauses between phases and sliding moves
-  double phase_pause = 0.3;    // seconds: when a round begins and when it ends
+  double phase_pause = 0.3;    // seconds: when a round begins, before its compaction slides, when it ends
   double slide_seconds = 0.65; // a compaction batch's slide
   double move_seconds = 0.3;   // one move's slide (stepping by move)
   void update(double dt);      // advances the clock by dt seconds

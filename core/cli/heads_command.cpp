@@ -5,8 +5,9 @@
 // Prints, per layer and query head, the attention that goes to the first tokens
 // (sinks), to the newest ones (local) and, of the rest, the share taken by the top
 // 10% of keys (heavy hitters): the structure that StreamingLLM, H2O and SnapKV bet
-// on. The definitions are in core/eval/heads.h. A head is labelled by what takes
-// at least half of its attention.
+// on. The definitions are in core/eval/heads.h. A head is labelled "sink" or
+// "local" when they take at least half of its attention, "heavy hitters" when the
+// top 10% of the other keys take at least half of the rest, else "spread".
 #include <cstdio>
 #include <memory>
 #include <string>

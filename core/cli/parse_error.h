@@ -29,9 +29,9 @@ inline bool ends_with(const std::string& text, const std::string& tail) {
 //  * Arguments no option takes ("simulate --tokns 100"): CLI11 2.3 lists them last
 //    first ("100 --tokns"); this lists them as they were typed ("--tokns 100"),
 //    read from the app that was parsed.
-//  * A whole number too large for its option ("--frames 99999999999"): CLI11 says
-//    "Could not convert: --frames = 99999999999"; this says "--frames: 99999999999 is
-//    out of range". (Values that are not whole numbers are refused before parsing:
+//  * A whole number too large for its option ("eval --context 99999999999"): CLI11
+//    says "Could not convert: --context = 99999999999"; this says "--context:
+//    99999999999 is out of range". (Values that are not whole numbers are refused before parsing:
 //    cli/option_values.h.)
 //  * An option at the end with no value ("simulate --tokens"): CLI11 says "--tokens: 1
 //    required INT missing"; this says "--tokens: no value given".

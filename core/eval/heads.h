@@ -8,7 +8,9 @@
 //   heavy  = of the attention to the other (middle) keys, the share that the top
 //            10% of them by total received attention get             (heavy hitters)
 //
-// averaged over queries. A head that spread its attention evenly would have
+// sink and local averaged over queries; heavy from each window's totals (the
+// attention every middle key received from all its queries), averaged over
+// windows. A head that spread its attention evenly would have
 // sink = sinks/q, local = recent/q and heavy = 10%.
 #pragma once
 
