@@ -74,8 +74,9 @@ class App {
   void frame(float dt);
 
   // The headline: "blog-16k-random: evicted 87.5% — freed 12.0% (holes) vs 87.5% (compact)".
-  // Served runs schedule the requests each its own way, and evict different shares:
-  // "serve-model: evicted 68.1%, freed 30% (holes) vs evicted 76.7%, freed 45% (compact)".
+  // Served runs schedule the requests each its own way, and evict different shares
+  // (serve-model, half-way): "evicted 66.0%, freed 25.0% (holes) vs evicted 60.2%,
+  // freed 54.9% (compact)".
   // Once every request is released nothing is held, and a run's figure is its
   // average over the tokens written: "freed 12.6% on average (holes)".
   // In pieces for the window, which draws each run's numbers in its strategy's colour.
