@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "run_kvscope.h"
 #include "test_paths.h"
+#include "util/file.h"
 #ifdef KVSCOPE_HAVE_CUDA
 #include "gpu_devices.h"
 #endif
@@ -34,8 +38,8 @@ TEST(DeviceOption, GenerateOnCudaFailsClearlyWithoutAGpu) {
                                    " --prompt hello -n 4 --temperature 0");
   const std::string expected = expected_cuda_error("--device cuda");
   if (expected.empty()) {
-    EXPECT_EQ(r.code, 0) << r.output;  // a GPU: the same command runs
-    EXPECT_NE(r.output.find("| decode: "), std::string::npos) << r.output;
+    EXPECT_EQ(r.code, 0) << r.output;  // a GPU: the same command runs, and on it
+    EXPECT_NE(r.output.find("\ndevice: the model ran on the cuda backend\n"), std::string::npos) << r.output;
   } else {
     EXPECT_EQ(r.code, 1) << r.output;
     EXPECT_EQ(r.output, expected);
@@ -51,6 +55,7 @@ TEST(DeviceOption, GenerateOnCpuStillWorks) {
   EXPECT_NE(r.output.find("prompt: 3 tokens, "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\ncache: no eviction, block size 4: 42 tokens cached in 11 blocks\n"), std::string::npos)
       << r.output;
+  EXPECT_EQ(r.output.find("device: "), std::string::npos) << r.output;  // said only for another backend
 }
 
 TEST(DeviceOption, ServeBenchOnCudaFailsClearlyWithoutAGpu) {
@@ -62,10 +67,26 @@ TEST(DeviceOption, ServeBenchOnCudaFailsClearlyWithoutAGpu) {
     EXPECT_EQ(r.code, 0) << r.output;  // a GPU: the same command runs
     EXPECT_NE(r.output.find("the model runs on CUDA GPU 0"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("| compact |"), std::string::npos) << r.output;
+    // Said from the engines that ran: a silent fall-back to the CPU would fail here.
+    EXPECT_NE(r.output.find("\nthe model ran on the cuda backend\n"), std::string::npos) << r.output;
   } else {
     EXPECT_EQ(r.code, 1) << r.output;
     EXPECT_EQ(r.output, expected);
   }
+}
+
+// Each run records the backend that ran it; on the CPU the text says nothing of it.
+TEST(DeviceOption, ServeBenchRecordsTheBackendOfEveryRun) {
+  const std::string json_path = test::binary_path("serve_backend_" + std::to_string(::getpid()) + ".json");
+  const ProgramRun r = run_kvscope("serve-bench --device cpu --model " + test::tiny_model("tiny-tied") +
+                                   " --requests 2 --prompt-len 12 --output-len 6 --blocks 16 --block-size 4"
+                                   " --budget 8 --slack 4 --sinks 2 --recent 2 --repeat 1 --json " + json_path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("ran on the"), std::string::npos) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(read_file(json_path));
+  ASSERT_EQ(j["runs"].size(), 4u);  // none, holes, reuse, compact
+  for (const nlohmann::json& run : j["runs"]) EXPECT_EQ(run["backend"], "cpu") << run["strategy"];
+  std::remove(json_path.c_str());
 }
 
 TEST(DeviceOption, GpuBenchmarksFailClearlyWithoutAGpu) {

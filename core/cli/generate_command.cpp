@@ -248,6 +248,8 @@ void run_generate(const GenerateArgs& a) {
                plural(stats.prompt_tokens, "token").c_str(), stats.prefill_tokens_per_second(),
                plural(stats.new_tokens, "token").c_str(), stats.decode_tokens_per_second(),
                stats.stopped ? " (stopped at end of sequence)" : "");
+  // Said from the engine that ran, not from --device: a fall-back to the CPU would show.
+  if (stats.backend != "cpu") std::fprintf(stderr, "device: the model ran on the %s backend\n", stats.backend.c_str());
   print_cache_stats(stats.cache, a);
 
   if (!a.trace.empty()) {

@@ -157,9 +157,10 @@ double median(std::vector<double> v) {
 nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ServeRun& r : runs)
-    rows.push_back({{"strategy", r.strategy}, {"peak_running", r.stats.peak_running}, {"mean_running", r.mean_running()},
-                    {"tokens_per_second", r.tokens_per_second()}, {"preemptions", r.stats.preemptions},
-                    {"recomputed_tokens", r.stats.recomputed_tokens}, {"generated_tokens", r.stats.generated_tokens},
+    rows.push_back({{"strategy", r.strategy}, {"backend", r.backend}, {"peak_running", r.stats.peak_running},
+                    {"mean_running", r.mean_running()}, {"tokens_per_second", r.tokens_per_second()},
+                    {"preemptions", r.stats.preemptions}, {"recomputed_tokens", r.stats.recomputed_tokens},
+                    {"generated_tokens", r.stats.generated_tokens},
                     {"bytes_moved", r.stats.bytes_moved}, {"steps", r.stats.steps}, {"finished", r.finished},
                     {"seconds", r.seconds}, {"blocks_in_use", r.stats.blocks_in_use}, {"running", r.stats.running}});
   return {{"blocks", a.blocks},         {"block_size", a.block_size}, {"requests", a.requests},
@@ -323,6 +324,8 @@ void print_results(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   std::printf("\ntokens/s counts generated tokens over the wall time of the run (%s); blocks in use are counted "
               "after every step; recomputed tokens went through the model again after a preemption.\n",
               timed.c_str());
+  // Said from the engines that ran, not from --device: a fall-back to the CPU would show.
+  if (!runs.empty() && runs[0].backend != "cpu") std::printf("the model ran on the %s backend\n", runs[0].backend.c_str());
   if (!a.json.empty()) {
     std::ofstream out(a.json);
     out << to_json(a, runs).dump(1) << "\n";

@@ -38,6 +38,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
   Sampler sampler(options.sampler);
   GenerateStats stats;
   stats.prompt_tokens = int(prompt.size());
+  stats.backend = engine.backend().name();
 
   auto t0 = std::chrono::steady_clock::now();
   const float* logits = engine.prefill(seq, prompt);

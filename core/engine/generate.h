@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -34,6 +35,7 @@ struct GenerateStats {
   double decode_seconds = 0;
   bool stopped = false;       // ended on a stop id
   SequenceStats cache;        // what eviction did: tokens evicted, blocks freed, bytes moved
+  std::string backend;        // what ran the model: "cpu" or "cuda" (Backend::name)
 
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
   double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }

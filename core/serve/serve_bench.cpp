@@ -43,6 +43,7 @@ ServeRun serve_requests(const Model& model, const std::string& strategy, const E
 
   ServeRun run;
   run.strategy = strategy;
+  run.backend = engine.backend().name();
   const auto t0 = std::chrono::steady_clock::now();
   const auto finished = [&] {
     int n = 0;

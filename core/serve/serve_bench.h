@@ -19,6 +19,7 @@ namespace kvscope {
 
 struct ServeRun {
   std::string strategy;  // none, holes, reuse, compact
+  std::string backend;   // what ran the model: "cpu" or "cuda" (Backend::name)
   ServeStats stats;
   int finished = 0;      // requests with all their tokens
   double seconds = 0;    // wall time of the whole run
