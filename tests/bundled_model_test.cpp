@@ -58,6 +58,7 @@ TEST(BundledModel, LogitsMatchTheTrainingScriptsPyTorchForward) {
   ASSERT_FALSE(columns.empty());
   const int vocab = model.config.vocab_size;
   const double kTolerance = 1e-4;
+  ASSERT_FALSE(f["cases"].empty());
   for (const auto& c : f["cases"]) {
     const std::vector<int> prompt = c["prompt_ids"], fed = c["decode_ids"];
     ASSERT_EQ(fed.size(), 32u);

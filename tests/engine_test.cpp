@@ -100,7 +100,9 @@ TEST(Engine, RoundsPruneToTheBudgetAndProtectSinksAndRecent) {
   EXPECT_EQ(live[1], 1);
   EXPECT_EQ(live.back(), s.tokens_seen - 1);
   EXPECT_EQ(s.tokens_seen, 12 + 40);
-  EXPECT_DOUBLE_EQ(s.evicted_fraction(), 1.0 - double(s.live) / double(s.tokens_seen));
+  // The stats agree with the cache they describe.
+  EXPECT_EQ(s.live, int64_t(live.size()));
+  EXPECT_DOUBLE_EQ(s.evicted_fraction(), 1.0 - double(live.size()) / 52.0);
 }
 
 TEST(Engine, StreamingKeepsExactlySinksAndTheNewest) {
@@ -109,6 +111,9 @@ TEST(Engine, StreamingKeepsExactlySinksAndTheNewest) {
   run(m, e, tokens(30));
   const auto live = e.cache().live_positions(0);
   const int64_t seen = e.stats(0).tokens_seen;
+  EXPECT_GT(e.stats(0).rounds, 0);
+  EXPECT_GE(live.size(), 16u);  // pruned to the budget, and fewer than budget + slack since
+  EXPECT_LT(live.size(), 16u + 6u);
   std::vector<int64_t> expected = {0, 1};
   for (int64_t p = seen - int64_t(live.size()) + 2; p < seen; ++p) expected.push_back(p);
   EXPECT_EQ(live, expected);
@@ -301,10 +306,44 @@ TEST(Oracle, PlugsIntoTheEngineTeacherForced) {
   const FutureAttention future = record_future_attention(m, prompt, script);
   EngineConfig c = config_for(MemoryStrategy::Compact, "h2o", 16);
   c.policy = [&future] { return std::make_unique<OraclePolicy>(future); };
-  Engine e(m, c);
+  EventLog log;
+  Engine e(m, c, &log);
   run(m, e, script);
   EXPECT_GT(e.stats(0).rounds, 3);
   EXPECT_LT(e.stats(0).live, 16 + 6);
+
+  // In the last round, every token kept by choice (not a sink, not recent) gets at
+  // least as much future attention as every token evicted: the oracle's scores chose.
+  const auto begin =
+      std::find_if(log.rbegin(), log.rend(), [](const Event& ev) { return ev.kind == EventKind::RoundBegin; });
+  ASSERT_NE(begin, log.rend());
+  const size_t round = size_t(log.rend() - begin) - 1;  // index of the last RoundBegin
+  Occupancy before(c.num_blocks, c.block_size);
+  int64_t now = 0;  // the position of the next token at that round
+  for (size_t i = 0; i < round; ++i) {
+    before.apply(log[i]);
+    if (log[i].kind == EventKind::SlotWritten) now = log[i].pos + 1;
+  }
+  std::vector<int64_t> evicted;
+  for (size_t i = round; i < log.size() && log[i].kind != EventKind::RoundEnd; ++i)
+    if (log[i].kind == EventKind::SlotEvicted) evicted.push_back(log[i].pos);
+  ASSERT_FALSE(evicted.empty());
+  double least_kept = 1e300, most_evicted = -1e300;
+  int chosen = 0;
+  for (int b = 0; b < before.num_blocks(); ++b)
+    for (int j = 0; j < before.block_size(); ++j) {
+      const int64_t p = before.position(b, j);
+      if (p == kEmpty) continue;
+      const double score = future.received_from(now, p);
+      if (std::find(evicted.begin(), evicted.end(), p) != evicted.end()) {
+        most_evicted = std::max(most_evicted, score);
+      } else if (p >= 2 && p < now - 5) {  // sinks 2, recent 5
+        least_kept = std::min(least_kept, score);
+        ++chosen;
+      }
+    }
+  ASSERT_GT(chosen, 0);
+  EXPECT_GE(least_kept, most_evicted);
 }
 
 }  // namespace

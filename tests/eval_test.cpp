@@ -3,6 +3,7 @@
 // only in the blocks they free.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/engine.h"
@@ -43,9 +44,8 @@ TEST(Eval, FullCacheRowIsTheReferenceAndEveryRowIsFilled) {
   const EvalReport r = evaluate(m, random_windows(2, s.context + 1, 300, 1), s);
   ASSERT_EQ(r.rows.size(), 1 + s.policies.size() * s.keep.size());
   EXPECT_EQ(r.rows[0].policy, "full");
-  EXPECT_EQ(r.rows[0].top1_agreement, 1.0);
-  EXPECT_EQ(r.rows[0].greedy_match, 1.0);
   EXPECT_EQ(r.rows[0].blocks_freed_compact, 0.0);
+  double least_top1 = 1;  // the rows are compared with the full cache: some eviction must show
   for (const EvalRow& row : r.rows) {
     EXPECT_TRUE(std::isfinite(row.perplexity) && row.perplexity > 1) << row.policy;
     if (row.policy == "full") continue;
@@ -55,7 +55,10 @@ TEST(Eval, FullCacheRowIsTheReferenceAndEveryRowIsFilled) {
     // Compaction frees every block that the kept tokens do not need; holes only can't do better.
     EXPECT_GE(row.blocks_freed_compact, row.blocks_freed_holes) << row.policy;
     EXPECT_GT(row.blocks_freed_compact, 0.25) << row.policy;
+    EXPECT_GE(row.top1_agreement, 0.0) << row.policy;
+    least_top1 = std::min(least_top1, row.top1_agreement);
   }
+  EXPECT_LT(least_top1, 1.0);
 }
 
 TEST(Eval, StreamingKeepsWholeBlocksSoHolesFreeAsMuchAsCompaction) {
@@ -66,8 +69,11 @@ TEST(Eval, StreamingKeepsWholeBlocksSoHolesFreeAsMuchAsCompaction) {
   s.policies = {"streaming"};
   s.sinks = 0;
   const EvalReport r = evaluate(m, random_windows(1, s.context + 1, 300, 2), s);
-  for (size_t i = 1; i < r.rows.size(); ++i)
+  ASSERT_EQ(r.rows.size(), 1 + s.keep.size());  // full, then streaming at each budget
+  for (size_t i = 1; i < r.rows.size(); ++i) {
+    EXPECT_GT(r.rows[i].blocks_freed_compact, 0.25);
     EXPECT_NEAR(r.rows[i].blocks_freed_holes, r.rows[i].blocks_freed_compact, 1.0 / 11 + 1e-9);
+  }
 }
 
 TEST(Eval, HolesColumnIsWhatARunUnderHolesOnlyHolds) {

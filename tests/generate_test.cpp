@@ -25,6 +25,7 @@ TEST(Generate, GreedyReproducesThePyTorchContinuation) {
   // The fixture's decode_ids are PyTorch's own greedy tokens after the prompt.
   Model m = load_model(test::tiny_model("tiny-untied"));
   auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/tiny-untied.json")));
+  ASSERT_FALSE(fixture["cases"].empty());
   for (const auto& c : fixture["cases"]) {
     GenerateOptions o;
     o.max_new_tokens = int(c["decode_ids"].size());
@@ -68,7 +69,9 @@ TEST(Generate, VocabLimitIsRespected) {
   o.max_new_tokens = 40;
   o.sampler = {2.0f, 0, 1.0f, 3};
   o.vocab_limit = 50;
-  for (int t : run(m, {5, 6}, o)) EXPECT_LT(t, 50);
+  const std::vector<int> out = run(m, {5, 6}, o);
+  ASSERT_EQ(out.size(), 40u);
+  for (int t : out) EXPECT_LT(t, 50);
 }
 
 TEST(Generate, RefusesMoreTokensThanTheModelHasPositions) {

@@ -133,7 +133,10 @@ TEST(Matvec, EmptyShapes) {
   matvec_f32(nullptr, x, y, 2, 0);  // no columns: every dot product is 0
   EXPECT_EQ(y[0], 0.0f);
   EXPECT_EQ(y[1], 0.0f);
-  matvec_bf16(nullptr, x, y, 0, 5);  // no rows: nothing to do
+  y[0] = y[1] = 7;
+  matvec_bf16(nullptr, x, y, 0, 5);  // no rows: nothing written
+  EXPECT_EQ(y[0], 7.0f);
+  EXPECT_EQ(y[1], 7.0f);
 }
 
 TEST(Bf16, RoundTripsEveryNonNanValue) {

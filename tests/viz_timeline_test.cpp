@@ -461,13 +461,19 @@ TEST(VizTimeline, ImportanceShadingUsesTheWorkloadSimulateRanksBy) {
   t.seek(t.size());
   ScoresAt scores(t.run(), t.cursor(), t.counters().next_pos);
   double min_kept = 1e300, max_evicted = -1e300;
+  int kept = 0, evicted = 0;
   for (int64_t p = 0; p < s.tokens; ++p) {
     const double v = *scores(0, p);
-    if (t.locate(0, p).block >= 0)
+    if (t.locate(0, p).block >= 0) {
       min_kept = std::min(min_kept, v);
-    else
+      ++kept;
+    } else {
       max_evicted = std::max(max_evicted, v);
+      ++evicted;
+    }
   }
+  ASSERT_GT(kept, 0);
+  ASSERT_GT(evicted, 0);
   EXPECT_GE(min_kept, max_evicted);
 }
 
