@@ -18,6 +18,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BREAKAGES = [
     ("kernels/flash_attention.cu", "    }\n    __syncthreads();\n\n    // 5.", "    }\n\n    // 5.",
      "flash attention: the barrier between steps 4 and 5 removed"),
+    ("kernels/flash_attention.cu",
+     "  CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));\n",
+     "", "flash attention: no opt-in to more than 48 KiB of shared memory (head_dim 128 needs 51 KB)"),
+    ("kernels/common.cuh", "x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));",
+     "x = fmaxf(x, __shfl_xor_sync(0x0000ffffu, x, offset));", "warp_max: a shuffle mask of half the warp"),
     ("kernels/flash_attention.cu", "if (p >= 0 && p <= query_pos[r]) {", "if (p >= 0) {",
      "flash attention: no causal mask"),
     ("kernels/flash_attention.cu", "for (int r = 0; r < kQueryTile; ++r) last_query = max(last_query, query_pos[r]);",

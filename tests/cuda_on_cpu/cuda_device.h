@@ -59,16 +59,17 @@ inline int max(int a, int b) { return a > b ? a : b; }
 
 namespace kvscope::cuda_on_cpu {
 void sync_block();
-double shuffle_xor(double x, int lane_mask);  // float and double travel exactly as double
+double shuffle_xor(unsigned mask, double x, int lane_mask);  // float and double travel exactly as double
 void* dynamic_shared_memory();
 // Runs `thread` once for every thread of every block of the grid: what kernel<<<grid, block, smem>>>(...) does.
-void launch(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& thread);
+// `kernel_name` is for its shared-memory opt-in (cudaFuncSetAttribute).
+void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& thread);
 }  // namespace kvscope::cuda_on_cpu
 
 inline void __syncthreads() { kvscope::cuda_on_cpu::sync_block(); }
-inline float __shfl_xor_sync(unsigned, float x, int lane_mask) {
-  return float(kvscope::cuda_on_cpu::shuffle_xor(x, lane_mask));
+inline float __shfl_xor_sync(unsigned mask, float x, int lane_mask) {
+  return float(kvscope::cuda_on_cpu::shuffle_xor(mask, x, lane_mask));
 }
-inline double __shfl_xor_sync(unsigned, double x, int lane_mask) {
-  return kvscope::cuda_on_cpu::shuffle_xor(x, lane_mask);
+inline double __shfl_xor_sync(unsigned mask, double x, int lane_mask) {
+  return kvscope::cuda_on_cpu::shuffle_xor(mask, x, lane_mask);
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
@@ -293,9 +294,13 @@ void sync_block() { wait(State::AtBlockBarrier); }
 // One wait per shuffle: values alternate between two buffers, so a lane's next offer
 // cannot overwrite one its partner has still to read (the partner reads it before it
 // reaches the next shuffle, which this lane must wait for before offering again).
-double shuffle_xor(double x, int lane_mask) {
+double shuffle_xor(unsigned mask, double x, int lane_mask) {
   const int me = running, partner = me ^ lane_mask;  // lanes of one warp differ in the low 5 bits only
   if (lane_mask < 0 || lane_mask >= kWarp || partner >= block_threads) fail("a shuffle with no partner lane");
+  // This stand-in waits for every lane of the warp, as a full mask says they all come;
+  // a partial mask, or a block that ends in a partial warp, is another kernel on a GPU.
+  if (mask != 0xffffffffu || block_threads % kWarp != 0)
+    fail("a shuffle needs the full mask and whole warps (blockDim a multiple of 32)");
   std::vector<double>& buffer = offered[shuffles[size_t(me)]++ % 2];
   buffer[size_t(me)] = x;
   wait(State::AtWarpBarrier);  // every lane of the warp has offered
@@ -307,11 +312,20 @@ void* dynamic_shared_memory() {
   return dynamic_shared.data();
 }
 
-void launch(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& thread) {
-  // The limits of every GPU since sm_30, and of Hopper's shared memory per block.
+namespace {
+constexpr size_t kDefaultSharedBytes = 48 * 1024;   // dynamic shared memory a kernel gets without asking
+constexpr size_t kMaxSharedBytes = 227 * 1024;      // Hopper's most per block
+std::map<std::string, size_t> shared_opt_in;       // kernel name -> bytes it opted in to
+}  // namespace
+
+void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& thread) {
+  // The limits of every GPU since sm_30; dynamic shared memory as the kernel opted in to.
   const size_t n = size_t(block.x) * block.y * block.z;
+  const auto opted = shared_opt_in.find(kernel_name);
+  const size_t shared_limit =
+      opted == shared_opt_in.end() ? kDefaultSharedBytes : std::max(opted->second, kDefaultSharedBytes);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535 ||
-      n == 0 || n > kMaxThreads || block.z > 64 || shared_bytes > 227 * 1024) {
+      n == 0 || n > kMaxThreads || block.z > 64 || shared_bytes > shared_limit) {
     last_error = cudaErrorInvalidConfiguration;  // the launch does not run, as on a GPU
     return;
   }
@@ -331,3 +345,11 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void
 }
 
 }  // namespace kvscope::cuda_on_cpu
+
+cudaError_t cudaFuncSetAttribute(const char* kernel_name, cudaFuncAttribute attr, int value) {
+  using namespace kvscope::cuda_on_cpu;
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || size_t(value) > kMaxSharedBytes)
+    return cudaErrorInvalidValue;
+  shared_opt_in[kernel_name] = size_t(value);
+  return cudaSuccess;
+}

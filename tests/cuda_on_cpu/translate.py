@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Rewrites a kernels/*.cu file as C++ for the CPU stand-in (cuda_device.h).
 
-Only two things change; every kernel body stays as written:
-  kernel<<<grid, block, bytes>>>(args);   ->  cuda_on_cpu::launch(dim3(grid), dim3(block), bytes,
+Only three things change; every kernel body stays as written:
+  kernel<<<grid, block, bytes>>>(args);   ->  cuda_on_cpu::launch("kernel", dim3(grid), dim3(block), bytes,
                                                                   [&] { kernel(args); });
+  cudaFuncSetAttribute(kernel, ...)       ->  cudaFuncSetAttribute("kernel", ...)   (by name, as the launch)
   extern __shared__ float smem[];         ->  float* smem = (the launch's dynamic shared memory);
 and the file starts by including cuda_runtime.h, as nvcc does for a .cu file.
 
@@ -14,6 +15,7 @@ import sys
 
 LAUNCH = re.compile(r'([A-Za-z_]\w*(?:<[^<>;()]*>)?)<<<(.+?)>>>\(', re.S)
 EXTERN_SHARED = re.compile(r'extern __shared__ (\w+) (\w+)\[\];')
+FUNC_ATTRIBUTE = re.compile(r'cudaFuncSetAttribute\((\w+)(?:<[^<>;()]*>)?,')
 
 
 def split_arguments(text):
@@ -50,10 +52,12 @@ def translate(src):
         config = split_arguments(m.group(2)) + ['0']  # shared bytes default to 0
         grid, block, shared = config[0], config[1], config[2]
         out += src[i:m.start()]
-        out += '::kvscope::cuda_on_cpu::launch(dim3(%s), dim3(%s), size_t(%s), [&] { %s(%s); })' % (
-            grid, block, shared, m.group(1), src[m.end():end - 1])
+        name = m.group(1).split('<')[0]  # template arguments are not part of the name
+        out += '::kvscope::cuda_on_cpu::launch("%s", dim3(%s), dim3(%s), size_t(%s), [&] { %s(%s); })' % (
+            name, grid, block, shared, m.group(1), src[m.end():end - 1])
         i = end
     out += src[i:]
+    out = FUNC_ATTRIBUTE.sub(r'cudaFuncSetAttribute("\1",', out)
     out = EXTERN_SHARED.sub(r'\1* \2 = static_cast<\1*>(::kvscope::cuda_on_cpu::dynamic_shared_memory());', out)
     return out
 
