@@ -396,7 +396,8 @@ int run(const Args& a) {
   // Where the clock stands, and where the mouse points: checked before a display is opened.
   if (headless || !a.at.empty()) place(*app.session, a.play && a.at.empty() ? "start" : a.at);
   if (a.play && app.session->cursor() >= app.session->length())  // once, --play rewound to the start unasked
-    fail("--play from --at " + a.at + ": that is the end of the run, where nothing is left to play");
+    fail("--play from --at " + (a.at.empty() ? "start" : a.at) +
+         ": that is the end of the run, where nothing is left to play");
   const ImVec2 mouse = mouse_position(a, width, height);
 
   GLFWwindow* window = open_window(app, width, height, headless);
