@@ -13,9 +13,12 @@
 //     last to first, so that a missing barrier shows whichever way data flows;
 //   - __syncthreads() waits until every thread of the block is there;
 //   - __shfl_xor_sync: each lane offers its value, waits for its warp, and reads
-//     its partner's;
+//     its partner's (the mask must be the full warp's, in a block of whole warps);
 //   - a function-level `__shared__` array becomes `static`: one per kernel, and
-//     blocks do not overlap, so it is exactly the block's shared memory.
+//     blocks do not overlap, so it is exactly the block's shared memory (but it
+//     keeps the previous block's values, where a GPU's would be garbage);
+//   - `extern __shared__` memory is all-ones bytes (NaN floats) at the start of
+//     every block, so a read before any write shows.
 //
 // What this cannot show: speed, real concurrency (threads run in two valid orders,
 // not all orders), the GPU's expf/sinf rounding, cuBLAS (a plain SGEMM stands in),

@@ -331,7 +331,6 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes,
   }
   block_threads = int(n);
   for (std::vector<double>& buffer : offered) buffer.assign(n, 0.0);
-  dynamic_shared.assign(shared_bytes, 0xFF);
   kernel = &thread;
   gridDim = grid;
   blockDim = block;
@@ -339,6 +338,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes,
   for (size_t k = 0; k < blocks; ++k) {
     const size_t b = reverse_order() ? blocks - 1 - k : k;  // x fastest, then y, then z
     blockIdx = dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (size_t(grid.x) * grid.y)));
+    dynamic_shared.assign(shared_bytes, 0xFF);  // each block's shared memory starts as garbage (NaN floats)
     run_block(int(n));
   }
   kernel = nullptr;
