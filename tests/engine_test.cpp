@@ -318,12 +318,10 @@ TEST(Oracle, PlugsIntoTheEngineTeacherForced) {
       std::find_if(log.rbegin(), log.rend(), [](const Event& ev) { return ev.kind == EventKind::RoundBegin; });
   ASSERT_NE(begin, log.rend());
   const size_t round = size_t(log.rend() - begin) - 1;  // index of the last RoundBegin
-  Occupancy before(c.num_blocks, c.block_size);
+  const Occupancy before = replay(TraceHeader{c.block_size, c.num_blocks, c.strategy, {}}, log, round);
   int64_t now = 0;  // the position of the next token at that round
-  for (size_t i = 0; i < round; ++i) {
-    before.apply(log[i]);
+  for (size_t i = 0; i < round; ++i)
     if (log[i].kind == EventKind::SlotWritten) now = log[i].pos + 1;
-  }
   std::vector<int64_t> evicted;
   for (size_t i = round; i < log.size() && log[i].kind != EventKind::RoundEnd; ++i)
     if (log[i].kind == EventKind::SlotEvicted) evicted.push_back(log[i].pos);
