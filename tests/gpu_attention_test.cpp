@@ -92,6 +92,7 @@ TEST(GpuAttention, PagedDecodeMatchesCpu) {
   check_attention(test::attention_config(2, 4, 2, 32), 300, 40, 16, 1, false);     // the tiny models' shape
   check_attention(test::attention_config(1, 16, 8, 128), 1500, 100, 16, 1, false); // Qwen3-0.6B's heads, 6 slices
   check_attention(test::attention_config(1, 8, 1, 64), 200, 10, 5, 1, false);      // MQA, odd block size
+  check_attention(test::attention_config(1, 4, 2, 64), 3, 0, 16, 1, false);        // 3 keys: a slice's 4th warp sees none
 }
 
 TEST(GpuAttention, PagedDecodeKernelTakesSeveralQueries) {

@@ -21,6 +21,10 @@ BREAKAGES = [
     ("kernels/flash_attention.cu",
      "  CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));\n",
      "", "flash attention: no opt-in to more than 48 KiB of shared memory (head_dim 128 needs 51 KB)"),
+    ("kernels/flash_attention.cu", "      }\n    }\n    __syncthreads();\n\n    // 5.", "      }\n      __syncthreads();\n    }\n\n    // 5.",
+     "flash attention: the barrier after step 4 inside the branch that only the first kQueryTile threads take"),
+    ("kernels/paged_attention.cu", "  // Merge the block's warps.", "  if (m == -INFINITY) return;\n  // Merge the block's warps.",
+     "paged attention: a warp that saw no key returns before the block's barrier"),
     ("kernels/common.cuh", "x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));",
      "x = fmaxf(x, __shfl_xor_sync(0x0000ffffu, x, offset));", "warp_max: a shuffle mask of half the warp"),
     ("kernels/flash_attention.cu", "if (p >= 0 && p <= query_pos[r]) {", "if (p >= 0) {",
@@ -79,7 +83,8 @@ def failed_tests(build_dir, order):
                           "--gtest_brief=1"], cwd=ROOT, capture_output=True, text=True, timeout=900,
                          env=dict(os.environ, CUDA_ON_CPU_ORDER=order))
     names = {line.split()[3] for line in run.stdout.splitlines() if line.startswith("[  FAILED  ]") and "(" in line}
-    return run.returncode, sorted(names)
+    stand_in = [line for line in run.stderr.splitlines() if line.startswith("cuda_on_cpu: ")]  # its fail() message
+    return run.returncode, sorted(names), stand_in[:1]
 
 
 def main():
@@ -102,16 +107,17 @@ def main():
                 continue
             # The threads in step first; one warp racing ahead (ctest's cuda-on-cpu-reverse:) only if that passes.
             order = "forward"
-            rc, names = failed_tests(build_dir, order)
+            rc, names, stand_in = failed_tests(build_dir, order)
             if rc == 0:
                 order = "reverse"
-                rc, names = failed_tests(build_dir, order)
+                rc, names, stand_in = failed_tests(build_dir, order)
             if rc == 0:
                 verdict = "NOT CAUGHT"
             elif names:
                 verdict = f"caught ({order} order) by " + ", ".join(names)
             else:  # stopped before gtest's summary: a crash (the stand-in's memory is the host's heap)
                 verdict = f"caught ({order} order): the test program stopped with exit code {rc} before its summary"
+                verdict += "".join(f" ({line})" for line in stand_in)
             print(f"{what}: {verdict}", flush=True)
             missed += rc == 0
         finally:

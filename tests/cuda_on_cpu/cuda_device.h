@@ -11,7 +11,9 @@
 //     one at a time until they reach a barrier or return: all of them in turn,
 //     first to last, or (CUDA_ON_CPU_ORDER=reverse) one warp as far as it can go,
 //     last to first, so that a missing barrier shows whichever way data flows;
-//   - __syncthreads() waits until every thread of the block is there;
+//   - __syncthreads() waits until every thread of the block is there, and fails unless
+//     they all reached the same one (its file and line, and how many they passed) and
+//     none has returned: a barrier in code that some threads skip is undefined on a GPU;
 //   - __shfl_xor_sync: each lane offers its value, waits for its warp, and reads
 //     its partner's (the mask must be the full warp's, in a block of whole warps);
 //   - a function-level `__shared__` array becomes `static`: one per kernel, and
@@ -61,7 +63,7 @@ inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
 namespace kvscope::cuda_on_cpu {
-void sync_block();
+void sync_block(const char* file, unsigned line);  // where the __syncthreads() is
 double shuffle_xor(unsigned mask, double x, int lane_mask);  // float and double travel exactly as double
 void* dynamic_shared_memory();
 // Runs `thread` once for every thread of every block of the grid: what kernel<<<grid, block, smem>>>(...) does.
@@ -69,7 +71,10 @@ void* dynamic_shared_memory();
 void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& thread);
 }  // namespace kvscope::cuda_on_cpu
 
-inline void __syncthreads() { kvscope::cuda_on_cpu::sync_block(); }
+// Its default arguments are the caller's place, so that threads at different barriers show.
+inline void __syncthreads(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+  kvscope::cuda_on_cpu::sync_block(file, line);
+}
 inline float __shfl_xor_sync(unsigned mask, float x, int lane_mask) {
   return float(kvscope::cuda_on_cpu::shuffle_xor(mask, x, lane_mask));
 }

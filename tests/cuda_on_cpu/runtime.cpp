@@ -146,6 +146,8 @@ struct Thread {
   ucontext_t start;
   jmp_buf resume;
   State state = State::Runnable;
+  int barriers = 0;          // __syncthreads reached in this block, the one it waits at included
+  const char* at = nullptr;  // where that last __syncthreads is: "file:line"
 };
 
 constexpr int kWarp = 32;
@@ -198,6 +200,40 @@ void wait(State s) {
   switch_to_scheduler(t);
 }
 
+std::string block_name() {
+  return "block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) + ", " +
+         std::to_string(blockIdx.z) + ")";
+}
+
+std::string barrier_name(int i) {
+  const Thread& t = threads[size_t(i)];
+  return "thread " + std::to_string(i) + " at " + t.at + " (its __syncthreads number " + std::to_string(t.barriers) + ")";
+}
+
+// Every live thread waits at a __syncthreads. On a GPU that is one barrier only if they
+// all reached the same one, the same number of times, and none has returned: a
+// __syncthreads in code that some threads of the block skip is undefined behaviour
+// (a hang, or threads released from different barriers). Fails unless it is one.
+void check_same_barrier(int n) {
+  int first = -1;
+  for (int i = 0; i < n; ++i) {
+    const Thread& t = threads[size_t(i)];
+    if (t.state != State::AtBlockBarrier) continue;
+    if (first < 0) {
+      first = i;
+      continue;
+    }
+    const Thread& f = threads[size_t(first)];
+    if (t.barriers != f.barriers || std::string(t.at) != f.at)
+      fail("the threads of " + block_name() + " wait at different __syncthreads: " + barrier_name(first) + ", " +
+           barrier_name(i));
+  }
+  for (int i = 0; i < n; ++i)
+    if (threads[size_t(i)].state == State::Returned)
+      fail("in " + block_name() + ", thread " + std::to_string(i) + " returned while " + barrier_name(first) +
+           " waits for it: every thread of a block must reach each __syncthreads");
+}
+
 // Releases the threads whose barrier everyone concerned has reached; false if none could go.
 bool release_barriers(int n) {
   bool released = false;
@@ -222,6 +258,7 @@ bool release_barriers(int n) {
     live += threads[size_t(i)].state != State::Returned;
   }
   if (at_block == 0 || at_block != live) return false;
+  check_same_barrier(n);
   for (int i = 0; i < n; ++i)
     if (threads[size_t(i)].state == State::AtBlockBarrier) threads[size_t(i)].state = State::Runnable;
   return true;
@@ -267,7 +304,7 @@ void run_round(int n) {
 // Rounds of run_round, each followed by opening the barriers that everyone
 // concerned has reached, until every thread has returned.
 void run_block(int n) {
-  for (int i = 0; i < n; ++i) threads[size_t(i)].state = State::Runnable;
+  for (int i = 0; i < n; ++i) threads[size_t(i)].state = State::Runnable, threads[size_t(i)].barriers = 0;
   shuffles.assign(size_t(n), 0);
   for (;;) {
     run_round(n);
@@ -281,15 +318,24 @@ void run_block(int n) {
     if (!release_barriers(n) && !any_runnable) {
       std::string states;  // R runnable, B at __syncthreads, W in a shuffle, . returned
       for (int i = 0; i < n; ++i) states += "RBW."[int(threads[size_t(i)].state)];
-      fail("deadlock in block (" + std::to_string(blockIdx.x) + ", " + std::to_string(blockIdx.y) + ", " +
-           std::to_string(blockIdx.z) + "): " + states);
+      fail("deadlock in " + block_name() + ": " + states);
     }
   }
 }
 
 }  // namespace
 
-void sync_block() { wait(State::AtBlockBarrier); }
+void sync_block(const char* file, unsigned line) {
+  if (running < 0) fail("a barrier outside a kernel");
+  static std::map<std::pair<std::string, unsigned>, std::string> names;  // stable "file:line" strings
+  const std::string base = std::string(file).substr(std::string(file).find_last_of('/') + 1);
+  std::string& name = names[{base, line}];
+  if (name.empty()) name = base + ":" + std::to_string(line);
+  Thread& t = threads[size_t(running)];
+  t.at = name.c_str();
+  ++t.barriers;
+  wait(State::AtBlockBarrier);
+}
 
 // One wait per shuffle: values alternate between two buffers, so a lane's next offer
 // cannot overwrite one its partner has still to read (the partner reads it before it
