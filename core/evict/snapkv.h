@@ -1,12 +1,13 @@
-// SnapKV (Li et al., 2024): the last w = 32 queries vote, each key's votes (the
-// attention it got from them, summed over layers and heads) are smoothed by an
-// average pool of width 5 over neighbouring keys, and the top keys are kept with
-// the window. The paper compresses once, after the prefill; here every eviction
-// round counts the votes of the newest forward steps that together hold at least
-// 32 queries. A step's votes arrive summed, so a step is kept or dropped whole:
-// the prefill's last 32 vote together with every decode step since, until 32
-// decode steps have come (up to 63 queries), then the last 32 decode steps.
-// Needs the eager attention path.
+// SnapKV (Li et al., 2024): the last w = 32 queries (the observation window) vote
+// for the keys before them, each key's votes (the attention it got from them,
+// summed over layers and heads) are smoothed by an average pool of width 5 over
+// the keys within 2 positions, and the top keys are kept with the window (whose
+// score is +inf). The paper compresses once, after the prefill; here every
+// eviction round counts the votes of the newest forward steps that together hold
+// at least 32 queries. A step's votes arrive summed, so a step is kept or dropped
+// whole: the prefill's last 32 vote together with every decode step since, until
+// 32 decode steps have come (a window of up to 63 queries), then the last 32
+// decode steps. Needs the eager attention path.
 #pragma once
 
 #include <deque>
@@ -19,7 +20,7 @@ namespace kvscope {
 class SnapKVPolicy : public EvictionPolicy {
  public:
   static constexpr int kWindow = 32;  // observation window: the last 32 queries
-  static constexpr int kPool = 5;     // average-pool kernel over neighbouring keys
+  static constexpr int kPool = 5;     // average-pool kernel: the keys within 2 positions
 
   std::string name() const override { return "snapkv"; }
   bool needs_attention() const override { return true; }
