@@ -3,9 +3,9 @@
 // The series are Session::history(): the Counters (counters.h) of every view
 // sampled along the whole run, x = the primary view's event index. The values
 // printed above each chart are the counters at the cursor.
-//   left   tokens evicted %, blocks freed % per strategy, and for the random
-//          policy the law (evicted fraction)^block_size: the blocks a random
-//          eviction frees without compaction
+//   left   tokens evicted %, blocks freed % per strategy, and for random eviction
+//          in one round (Run::random_one_shot) the law (evicted fraction)^block_size:
+//          the blocks it frees without compaction
 //   right  memory in use per strategy, and the bytes compaction has moved
 // Clicking or dragging in a chart moves the cursor there.
 #include <algorithm>
@@ -201,7 +201,7 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const Frame f = plot_area(origin, size, double(s.length()), 1.0);
   axes(dl, f, {"0%", "25%", "50%", "75%", "100%"});
-  const bool law = s.view(0).run().policy == "random";
+  const bool law = s.view(0).run().random_one_shot();
   std::vector<Line> lines;
   if (law) {
     lines.push_back({&f, [](const Sample& x) { return double(x.run[0].expected); }});
@@ -253,8 +253,9 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   double top = 1, moved_top = 0;
   for (const Sample& x : h)
     for (const auto& r : x.run) top = std::max(top, r.memory), moved_top = std::max(moved_top, r.moved);
-  top *= 1.05;
-  moved_top *= 1.05;
+  constexpr double kHeadroom = 1.05;  // each axis ends 5% above the run's peak (a label, not a quantity)
+  top *= kHeadroom;
+  moved_top *= kHeadroom;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   Frame f = plot_area(origin, size, double(s.length()), top);
   if (moved_top > 0) f.b.x -= 56;  // room for the right axis

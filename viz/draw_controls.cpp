@@ -107,6 +107,8 @@ void run_fields(RunSettings& e) {
     ImGui::RadioButton("streaming", &mode, 1);
     e.streaming = mode == 1;
     ImGui::InputScalar("tokens", ImGuiDataType_S64, &e.tokens);
+    if (ImGui::IsItemHovered() && e.sequences > 1)
+      ImGui::SetTooltip("the first sequence's; the others are 0.75, 0.9 and 0.6 times as long (scenarios.cpp)");
     ImGui::SliderInt("sequences", &e.sequences, 1, 4);
   } else {
     ImGui::InputScalar("new tokens", ImGuiDataType_S64, &e.tokens);
@@ -204,7 +206,7 @@ void counters(App& app) {
         "blocks freed, taken at every token written and averaged: the run's summary at its end, "
         "when every request is released",
         [](C c) { return percent(c.mean_freed_fraction()); });
-  if (s.view(0).run().policy == "random")
+  if (s.view(0).run().random_one_shot())
     row(s, "law: (evicted)^B", "the chance that all block_size tokens of a block were evicted at random",
         [](C c) { return percent(c.expected_freed_fraction()); });
   row(s, "memory in use", "blocks in use x block size x K/V bytes per token", [](C c) { return bytes(double(c.memory_in_use())); });
@@ -359,6 +361,11 @@ void draw_transport(App& app, float width) {
                             commas(int64_t(s.length()));
   same_line_if_fits(ImGui::CalcTextSize(where.c_str()).x);
   ImGui::TextDisabled("%s", where.c_str());
+  if (ImGui::IsItemHovered() && s.views() > 1)
+    ImGui::SetTooltip("events of the %s run (the one that moves tokens drives the clock), every kind:\n"
+                      "writes, evictions, moves, blocks taken and given back, round ends.\n"
+                      "The other view is shown at the same point of the run.",
+                      view_title(s.primary_view().run()).c_str());
 
   // The timeline: scrubbing replays the recorded events; ticks mark the rounds.
   uint64_t cursor = s.cursor();

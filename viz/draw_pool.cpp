@@ -103,12 +103,14 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::Text("%s", view_title(t.run()).c_str());
   ImGui::PopStyleColor();
   ImGui::SameLine();
-  ImGui::Text(" %s of %s blocks in use  |  %s freed  |  %s", commas(c.blocks_in_use).c_str(),
-              commas(t.occupancy().num_blocks()).c_str(), percent(c.blocks_freed_fraction()).c_str(),
+  // Freed is of the full cache's blocks (the same sequences with no eviction), not of
+  // the pool's: the two differ while sequences are still growing, or when they share it.
+  ImGui::Text(" %s blocks in use  |  %s of the full cache's %s freed  |  %s", commas(c.blocks_in_use).c_str(),
+              percent(c.blocks_freed_fraction()).c_str(), commas(c.full_cache_blocks).c_str(),
               bytes(double(c.memory_in_use())).c_str());
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const std::string phase = s.phase(view);
-  ImGui::Text("%s  |  %s blocks of %s  |  %s", phase.c_str(), commas(t.occupancy().num_blocks()).c_str(),
+  ImGui::Text("%s  |  a pool of %s blocks of %s  |  %s", phase.c_str(), commas(t.occupancy().num_blocks()).c_str(),
               plural(t.occupancy().block_size(), "slot").c_str(),
               c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) +
                          (c.moved == 1 ? " slot)" : " slots)")).c_str()
@@ -133,7 +135,9 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
     ImGui::TextUnformatted("the block returns to the pool only when every slot is empty");
   } else {
     ImGui::Text("sequence %d, absolute position %lld", owner, (long long)pos);
-    if (auto sc = scores(owner, pos))
+    if (auto sc = scores(owner, pos); sc && std::isinf(*sc))
+      ImGui::TextUnformatted("score +inf: the policy always keeps it (SnapKV's observation window)");
+    else if (sc)
       ImGui::Text("score %.4g", *sc);
     else
       ImGui::TextUnformatted(t.run().has_scores() ? "score: not scored yet"

@@ -440,7 +440,8 @@ int main(int argc, char** argv) {
                  "TriAttention's calibration file (kvscope calibrate); default DIR/triattention-calibration.json");
   // The screenshot-only options are refused without --screenshot (the window would ignore them).
   CLI::Option* shot = cli.add_option("--screenshot", a.screenshot,
-                                     "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)");
+                                     "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)")
+                          ->check(kvscope::cli::kFileName);
   cli.add_option("--frames", a.frames, "Screenshot: frames to render before writing (default 3)")
       ->check(kvscope::cli::number_check(1, false, 100000, "1..100000"))
       ->needs(shot);
@@ -461,6 +462,12 @@ int main(int argc, char** argv) {
   try {
     kvscope::cli::check_option_values(cli, argc, argv);
     cli.parse(argc, argv);
+    // These two do nothing else: another option beside them would be ignored.
+    for (const char* alone : {"--list-scenarios", "--bench-frame"})
+      if (cli.count(alone))
+        for (const CLI::Option* o : cli.get_options())
+          if (o->count() > 0 && o->get_name() != alone)
+            throw kvscope::Error(std::string(alone) + " takes no other option, but " + o->get_name() + " was given");
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return cli.exit(e);  // --help: print it, exit 0
     fail(kvscope::cli::parse_error_text(e, cli) + " (--help lists the options)");

@@ -55,6 +55,12 @@ struct Run {
     const auto it = header.meta.find("source");
     return it != header.meta.end() && (it->second == "serve" || it->second == "serve-bench");
   }
+  // Random eviction in one round: the run the law (evicted fraction)^block_size
+  // describes (kvscope simulate prints the law for the same runs, and no others).
+  bool random_one_shot() const {
+    const auto it = header.meta.find("mode");
+    return policy == "random" && it != header.meta.end() && it->second == "one-shot";
+  }
   // The token's text, or "" when the run has none.
   const std::string& text(int seq, int64_t pos) const;
 };

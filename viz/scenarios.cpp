@@ -59,7 +59,7 @@ std::vector<Scenario> make_scenarios() {
   std::vector<Scenario> v;
   v.push_back({"blog-16k-random",
                "16,000 tokens, 87.5% evicted at random in one round, blocks of 16: holes free ~12% of the blocks "
-               "(0.875^16), compaction 87%",
+               "(0.875^16), compaction 87.5%",
                one_shot(16000, 0.875, "random", "uniform"), 12000});
   v.push_back({"blog-1k-random", "The same at 1,024 tokens: big enough slots to follow single tokens",
                one_shot(1024, 0.875, "random", "uniform"), 900});
