@@ -73,6 +73,12 @@ TEST(Format, BytesInDecimalUnitsWithThreeSignificantDigits) {
   EXPECT_EQ(bytes(433e6), "433 MB");
   EXPECT_EQ(bytes(3.67e9), "3.67 GB");
   EXPECT_EQ(bytes(-1920), "-1.92 kB");
+  // Rounded to three digits before the unit is chosen: never "1000 MB" or "10.00 GB".
+  EXPECT_EQ(bytes(999.6), "1.00 kB");
+  EXPECT_EQ(bytes(999.6e6), "1.00 GB");
+  EXPECT_EQ(bytes(9.996e9), "10.0 GB");
+  EXPECT_EQ(bytes(99.96e3), "100 kB");
+  EXPECT_EQ(bytes(999.4e6), "999 MB");
 }
 
 TEST(Format, PercentAndNotANumber) {

@@ -65,9 +65,14 @@ inline std::string kib(int64_t bytes) {
   return fmt("%.2f KiB", double(bytes) / 1024);
 }
 
-// Decimal units, three significant digits: 433000000 -> "433 MB".
+// Decimal units, three significant digits: 433000000 -> "433 MB". The digits are
+// rounded before the unit is chosen, so 999.6e6 is "1.00 GB", not "1000 MB".
 inline std::string bytes(double b) {
   const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  if (std::fabs(b) >= 1) {
+    const double step = std::pow(10.0, std::floor(std::log10(std::fabs(b))) - 2);  // the third digit's place
+    b = std::round(b / step) * step;
+  }
   int u = 0;
   while (std::fabs(b) >= 1000 && u < 5) b /= 1000, ++u;
   if (u == 0) return fmt("%.0f B", b);
