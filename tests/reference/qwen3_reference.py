@@ -120,7 +120,7 @@ class Qwen3:
         self.n_kv = config["num_key_value_heads"]
         self.head_dim = config.get("head_dim") or self.hidden // self.n_heads
         self.eps = config["rms_norm_eps"]
-        self.theta = float(config.get("rope_theta", 10000.0))
+        self.theta = float(config.get("rope_theta", 1e6))  # the default of kvscope's parse_config (core/model/config.h)
         self.w = tensors
         # Qwen3ForCausalLM ties lm_head to embed_tokens when tie_word_embeddings;
         # a file may still hold an lm_head.weight, which is then ignored.
