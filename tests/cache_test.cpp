@@ -105,6 +105,14 @@ TEST(BlockPool, ExhaustedSaysSo) {
   expect_error([] { BlockPool none(0); }, "at least one block");
 }
 
+TEST(Cache, ATableLargerThanTheMemoryIsRefusedBeforeAnyIsMade) {
+  // 2^30 blocks of 256 slots: 2.2 TB of positions. Once the pool's two arrays (8 GB)
+  // were made before the slot table was checked.
+  expect_error([] { PagedKvCache cache(1 << 30, 256, MemoryStrategy::Compact); },
+               "not enough memory for the cache's slot table (1073741824 blocks of 256 slots, a position each): ");
+  EXPECT_EQ(PagedKvCache::table_bytes(10, 16), size_t(10) * (16 * 8 + 3 * 4));
+}
+
 TEST(BlockPool, RetainCountsReferences) {
   BlockPool pool(2);
   const int b = pool.allocate();

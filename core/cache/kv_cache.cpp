@@ -29,12 +29,25 @@ void check_block_size(int block_size) {
     throw Error("block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " + std::to_string(block_size));
 }
 
-PagedKvCache::PagedKvCache(int num_blocks, int block_size, MemoryStrategy strategy, EventLog* log)
-    : pool_(num_blocks), block_size_(block_size), strategy_(strategy), log_(log) {
+size_t PagedKvCache::table_bytes(int num_blocks, int block_size) {
+  return size_t(std::max(num_blocks, 0)) * (size_t(std::max(block_size, 0)) * sizeof(int64_t) + 3 * sizeof(int));
+}
+
+std::string PagedKvCache::describe(int num_blocks, int block_size) {
+  return "the cache's slot table (" + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
+         " slots, a position each)";
+}
+
+// The checks that come before the pool, the first member, allocates anything.
+static int checked_num_blocks(int num_blocks, int block_size) {
   check_block_size(block_size);
-  check_fits_in_memory(size_t(num_blocks) * block_size * sizeof(int64_t),
-                       "the cache's slot table (" + std::to_string(num_blocks) + " blocks of " +
-                           std::to_string(block_size) + " slots, a position each)");
+  check_fits_in_memory(PagedKvCache::table_bytes(num_blocks, block_size),
+                       PagedKvCache::describe(num_blocks, block_size));
+  return num_blocks;
+}
+
+PagedKvCache::PagedKvCache(int num_blocks, int block_size, MemoryStrategy strategy, EventLog* log)
+    : pool_(checked_num_blocks(num_blocks, block_size)), block_size_(block_size), strategy_(strategy), log_(log) {
   slot_pos_.assign(size_t(num_blocks) * block_size, kEmpty);
   owner_.assign(size_t(num_blocks), -1);
 }

@@ -18,6 +18,7 @@
 //   Compact     survivors slide forward in token order, whole tail blocks return
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -62,7 +63,13 @@ struct Sequence {
 class PagedKvCache {
  public:
   // block_size in [1, 256]; num_blocks >= 1. `log` (optional) receives every event.
+  // kvscope::Error, before anything is allocated, when its tables (table_bytes) do
+  // not fit in the available memory.
   PagedKvCache(int num_blocks, int block_size, MemoryStrategy strategy, EventLog* log = nullptr);
+  // The bytes of the cache's own tables: a position per slot, and per block the
+  // pool's count and queue entry and its owner. (The K/V numbers are KvStorage's.)
+  static size_t table_bytes(int num_blocks, int block_size);
+  static std::string describe(int num_blocks, int block_size);  // "the cache's slot table (N blocks of B slots, ...)"
 
   int add_sequence();                // a new, empty sequence; returns its id
   void release_sequence(int seq);    // frees all its blocks

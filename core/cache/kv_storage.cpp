@@ -42,7 +42,9 @@ int blocks_for_budget(const ModelConfig& c, int block_size, size_t bytes) {
   if (n < 1)
     throw Error("a KV memory budget of " + std::to_string(bytes) + " bytes is smaller than one block (" +
                 std::to_string(per_block) + " bytes for " + plural(block_size, "token") + ")");
-  if (n > size_t(1) << 30) throw Error("KV memory budget too large");
+  if (n > size_t(1) << 30)
+    throw Error("a KV memory budget of " + std::to_string(bytes) + " bytes is " + std::to_string(n) + " blocks of " +
+                std::to_string(per_block) + " bytes; a pool holds at most 1073741824 (2^30)");
   return int(n);
 }
 

@@ -3,14 +3,31 @@
 #include <algorithm>
 
 #include "cache/invariants.h"
+#include "cache/kv_storage.h"
 #include "util/error.h"
+#include "util/memory_check.h"
 
 namespace kvscope {
+
+void check_engine_memory(const ModelConfig& c, const EngineConfig& config) {
+  check_block_size(config.block_size);
+  if (config.num_blocks < 1 || config.backend) return;  // the pool's own message; K/V on a device: its check
+  const double bytes = double(PagedKvCache::table_bytes(config.num_blocks, config.block_size)) +
+                       double(config.num_blocks) * double(KvStorage::bytes_per_block(c, config.block_size));
+  check_fits_in_memory(size_t(std::min(bytes, 1e18)),  // in double: a huge pool must not wrap around
+                       KvStorage::describe(c, config.num_blocks, config.block_size) + " and " +
+                           PagedKvCache::describe(config.num_blocks, config.block_size));
+}
+
+static int checked_num_blocks(const ModelConfig& c, const EngineConfig& config) {
+  check_engine_memory(c, config);
+  return config.num_blocks;
+}
 
 Engine::Engine(const Model& model, const EngineConfig& config, EventLog* log)
     : model_(model),
       config_(config),
-      cache_(config.num_blocks, config.block_size, config.strategy, log),
+      cache_(checked_num_blocks(model.config, config), config.block_size, config.strategy, log),
       backend_(config.backend ? config.backend(model, config.num_blocks, config.block_size)
                               : std::make_unique<CpuBackend>(model, config.num_blocks, config.block_size)) {
   config_.schedule.validate();

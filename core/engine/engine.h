@@ -49,6 +49,11 @@ struct EngineConfig {
   BackendFactory backend;      // where the model runs and K/V live; empty = the CPU
 };
 
+// kvscope::Error "not enough memory for the paged K/V storage (...) and the cache's slot
+// table (...)" when, on the CPU, the pool's K/V and its tables together exceed the
+// available memory. The Engine checks it before it makes either; a command may ask first.
+void check_engine_memory(const ModelConfig& c, const EngineConfig& config);
+
 class Engine {
  public:
   Engine(const Model& model, const EngineConfig& config, EventLog* log = nullptr);
