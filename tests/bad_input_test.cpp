@@ -84,6 +84,15 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   // prompt), then "The following argument was not expected: 3".
   expect_one_line_error(kTiny + "--prompt --seed 3", "--prompt: no value given: the next word is the option --seed (");
   expect_one_line_error("simulate --policy --budget 5", "--policy: no value given: the next word is the option --budget (");
+  // Nothing after the '=': CLI11 took the next word as the value, even an option: a prompt
+  // "--chat", a trace file named "./--sinks" (exit 0 both).
+  expect_one_line_error(kTiny + "-n 2 --prompt= --chat", "--prompt: no value after the '=' (");
+  expect_one_line_error("simulate --tokens 100 --strategy compact --trace= --sinks", "--trace: no value after the '=' (");
+  // An empty file to write: once "no output" and exit 0, having written nothing.
+  for (const std::string& empty : {kTiny + "--prompt hi -n 2 --trace ''", std::string("eval --json ''"),
+                                   std::string("simulate --tokens 100 --strategy compact --trace ''"),
+                                   std::string("serve-bench --json ''"), std::string("calibrate --model m --text t --out ''")})
+    expect_one_line_error(empty, ": an empty file name (");
   expect_one_line_error(kTiny + "--prompt hi -n -3", "--tokens: must be 0 or more, not -3");
   expect_one_line_error("bench gpu-decode --decode-tokens 0", "--decode-tokens: must be above 0, not 0");
   expect_one_line_error(kTiny + "--prompt hi --policy lru", "--policy: lru not in {streaming,h2o,");
@@ -172,7 +181,11 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("simulate --bytes-per-token 9223372036854775807",
                         "simulate: bytes per token must be in [1, 2^30], got 9223372036854775807");
   expect_one_line_error("heads --from 600 --length 512",  // with the range, before the model loads
-                        "heads: the first measured query (--from 600) must be in [sinks + recent, window length) = [36, 512)");
+                        "heads: the first measured query (--from 600) must be in [sinks + recent + 10, window length) = [46, 512)");
+  // No middle key, or one: "heavy" read 0% (or 100%) for every head.
+  expect_one_line_error("heads --windows 1 --length 64 --from 36",
+                        "heads: the first measured query (--from 36) must be in [sinks + recent + 10, window length) = "
+                        "[46, 64), so that 10 middle keys or more are measured");
   // Sums near INT_MAX, taken in 64 bits: heads crashed (SIGSEGV) and eval said "vector::_M_default_append".
   expect_one_line_error("heads --sinks 2147483647 --recent 2147483647",
                         "heads: sinks + recent (2147483647 + 2147483647) must be fewer than the window's tokens");
@@ -301,7 +314,7 @@ TEST(BadInput, TextFileThatIsNotUtf8NamesTheFile) {
   std::fclose(f);
   const std::string expected = text + ": not valid UTF-8 (byte offset 50): a text file is expected";
   const std::string tiny = " --model '" + test::tiny_model("tiny-tied") + "'";
-  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --text " + text, expected);
+  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --policies h2o --text " + text, expected);
   expect_one_line_error("heads" + tiny + " --text " + text, expected);
   expect_one_line_error("calibrate" + tiny + " --text " + text + " --out " + test::binary_path("never.json"), expected);
   expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + text, expected);
@@ -315,7 +328,7 @@ TEST(BadInput, ADirectoryGivenForAFileIsNamed) {
   std::filesystem::create_directory(dir);
   const std::string expected = dir + ": is a directory, not a file";
   const std::string tiny = " --model '" + test::tiny_model("tiny-tied") + "'";
-  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --text " + dir, expected);
+  expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --policies h2o --text " + dir, expected);
   expect_one_line_error("calibrate" + tiny + " --text " + dir + " --out " + test::binary_path("never.json"), expected);
   expect_one_line_error("serve-bench" + tiny + " --requests 2 --text " + dir, expected);
   expect_one_line_error("eval" + tiny + " --context 64 --keep 0.7 --policies triattention --calibration " + dir,
@@ -354,6 +367,7 @@ TEST(BadInput, AModelFolderThatIsNotOneIsNamed) {
     }
   }
   std::filesystem::remove_all(empty);
+  expect_one_line_error("generate --model '' --prompt hi", "an empty model folder name");  // once ": no such folder"
   // And the other way round: a model folder where a config.json is asked for.
   const std::string model = test::tiny_model("tiny-tied");
   const std::string want = model + ": is a model folder, not a config.json; give " + model + "/config.json";

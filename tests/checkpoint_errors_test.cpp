@@ -236,6 +236,23 @@ TEST_F(BrokenCheckpoint, WeightsAreADirectory) {  // once "no model.safetensors 
   expect_error(weights(), "is a directory, not a file");
 }
 
+// The tokenizer is read before the weights, which may take minutes to load: its
+// problems are said first. And a folder named tokenizer.json is named as such (once
+// "DIR/tokenizer.json/tokenizer.json: cannot open").
+TEST_F(BrokenCheckpoint, TokenizerProblemsAreSaidBeforeTheWeightsLoad) {
+  write(weights(), "not a safetensors file");
+  fs::remove(dir_ / "tokenizer.json");
+  fs::create_directory(dir_ / "tokenizer.json");
+  const std::string generate =
+      test::binary_path("kvscope") + " generate --model '" + dir_.string() + "' --prompt hi -n 1 2>&1 >/dev/null";
+  EXPECT_EQ(test::run_shell(generate).output,
+            "kvscope: error: " + (dir_ / "tokenizer.json").string() + ": is a directory, not a file\n");
+  fs::remove(dir_ / "tokenizer.json");
+  const test::ProgramRun missing = test::run_shell(generate);
+  EXPECT_EQ(missing.output.rfind("kvscope: error: " + (dir_ / "tokenizer.json").string() + ": ", 0), 0u)
+      << missing.output;
+}
+
 TEST_F(BrokenCheckpoint, ShardIndexPointsAtWrongFile) {
   make_copy("tiny-bf16-sharded");
   const fs::path index = dir_ / "model.safetensors.index.json";

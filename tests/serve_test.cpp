@@ -1,5 +1,6 @@
 // Many requests, one pool: batched forward passes, the scheduler, preemption, serve-bench.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -406,6 +407,22 @@ TEST(ServeBench, BadInputIsAClearError) {
   EXPECT_EQ(many.code, 1) << many.output;
   EXPECT_EQ(many.output.rfind("kvscope: error: not enough memory for 2147483647 requests of 256 + 256 tokens, kept "
                               "for 4 strategies (lower --requests): ", 0), 0u) << many.output;
+  // A pool larger than the memory, refused before any of it is made: its tables and its
+  // K/V together (once the slot table, 12.8 GB, was made before the K/V were refused).
+  const test::ProgramRun pool = test::run_kvscope("serve-bench --blocks 1000000000");
+  EXPECT_EQ(pool.output.rfind("kvscope: error: not enough memory for the paged K/V storage (1000000000 blocks of 16 "
+                              "tokens; K and V of 4 layers, f32) and the cache's slot table (1000000000 blocks of 16 "
+                              "slots, a position each): ", 0), 0u) << pool.output;
+  // A --text shorter than one prompt (once repeated to fill it, without a word).
+  const std::string short_text = test::binary_path("serve_short_" + std::to_string(::getpid()) + ".txt");
+  std::FILE* f = std::fopen(short_text.c_str(), "w");
+  std::fputs("short text", f);
+  std::fclose(f);
+  const test::ProgramRun text = test::run_kvscope("serve-bench --text " + short_text);
+  std::remove(short_text.c_str());
+  EXPECT_EQ(text.code, 1) << text.output;
+  EXPECT_NE(text.output.find(short_text + ": has 3 tokens, fewer than --prompt-len 256: give a longer --text or a "
+                                          "smaller --prompt-len\n"), std::string::npos) << text.output;
 }
 
 // Options that the run would not use are refused, not dropped: --text and --model

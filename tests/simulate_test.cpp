@@ -294,6 +294,10 @@ TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
   expect_one_line_error("simulate --tokens 100 --budget 64",
                         "simulate: a round starts at --budget 64 + --slack 128 = 192 live tokens, and only 100 are "
                         "written: nothing would be evicted; raise --tokens, or lower --budget or --slack");
+  // One-shot likewise: once "keeps 5000 tokens in one round" and a table of zeros, exit 0.
+  expect_one_line_error("simulate --tokens 1000 --budget 5000 --mode one-shot",
+                        "simulate: a one-shot round keeps --budget 5000 tokens, and only 1000 are written: nothing "
+                        "would be evicted; raise --tokens, or lower --budget");
 }
 
 TEST(SimulateCommand, OneTokenIsSaidInTheSingular) {

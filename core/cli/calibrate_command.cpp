@@ -74,15 +74,15 @@ void print_concentration(const TriCalibration& cal) {
 
 void run_calibrate(const CalibrateArgs& a) {
   set_threads(a.threads);
-  if (a.out.empty()) throw Error("--out: no file name given");
   check_writable(a.out);  // before the long run, not after it
 
   const std::string text = read_text_file(a.text);  // names the file if missing or not text
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw file_error(a.text, "the text is empty");
+  check_model_present(a.model_dir);
+  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // before the weights: it fails fast
+  if (tokenizer.encode(text).empty()) throw file_error(a.text, "the text gives no tokens");
   Model model = load_model(a.model_dir);
   print_warnings(model.warnings);
-  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
-  if (tokenizer.encode(text).empty()) throw file_error(a.text, "the text gives no tokens");
   std::vector<int> tokens = tokenizer.with_special_tokens(tokenizer.encode(text));  // as the model reads a prompt
   const size_t in_text = tokens.size();
   if (a.max_tokens > 0 && tokens.size() > size_t(a.max_tokens)) tokens.resize(size_t(a.max_tokens));
@@ -119,7 +119,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
       ->required();
   cmd->add_option("--text", args->text, "Text file to calibrate on (UTF-8)")->required();
-  cmd->add_option("--out", args->out, "Calibration file to write (JSON)")->required();
+  cmd->add_option("--out", args->out, "Calibration file to write (JSON)")->required()->check(kFileName);
   cmd->add_option("--max-tokens", args->max_tokens, "Use at most the first N tokens of the text (0 = all)")
       ->capture_default_str()
       ->check(kNonNegative);

@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cli/option_values.h"  // number_check
+#include "cli/option_values.h"  // number_check, kFileName
 #include "model/backend.h"
 #include "util/error.h"
 

@@ -73,9 +73,9 @@ void run_eval(EvalArgs a) {
   if (s.calibration.empty()) s.calibration = !a.calibration.empty() ? a.calibration
                                              : file_exists(folder_calibration) ? folder_calibration : "";
   check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads
-  const Model model = load_model(a.model_dir);
-  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
+  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // the text first: it fails fast
   const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);
+  const Model model = load_model(a.model_dir);
 
   const auto t0 = std::chrono::steady_clock::now();
   const bool bar = isatty(STDERR_FILENO);   // a progress bar for people, not for logs
@@ -137,7 +137,7 @@ void add_eval_command(CLI::App& app) {
       ->capture_default_str()
       ->check(kNonNegative);
   cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
-  cmd->add_option("--json", args->json, "Also write the numbers to this JSON file");
+  cmd->add_option("--json", args->json, "Also write the numbers to this JSON file")->check(kFileName);
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
   cmd->callback([args] { run_eval(*args); });
 }

@@ -149,7 +149,7 @@ std::vector<int> prompt_ids(const GenerateArgs& a, const Tokenizer& tokenizer) {
 // strategy, the pool's blocks) and eviction (schedule, policy). Warns when the
 // schedule would never start a round in this run.
 GenerateOptions generate_options(const GenerateArgs& a, const Model& model, const Tokenizer& tokenizer,
-                                 size_t prompt_tokens) {
+                                 size_t prompt_tokens, PolicyFactory policy) {
   const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};  // validated by check_args
   if (schedule.enabled() && schedule.round_starts_at() > tokens_fed(prompt_tokens, a.n))
     print_warnings({"--budget " + std::to_string(a.budget) + " + --slack " + std::to_string(a.slack) + " = " +
@@ -163,10 +163,7 @@ GenerateOptions generate_options(const GenerateArgs& a, const Model& model, cons
   options.engine.block_size = a.block_size;
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = schedule;
-  std::string calibration = a.calibration;   // default: the model folder's, if it has one
-  if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
-    calibration = a.model_dir + "/triattention-calibration.json";
-  if (a.budget > 0) options.engine.policy = policy_factory(a.policy, a.seed, calibration, model.config);
+  options.engine.policy = std::move(policy);
   options.engine.num_blocks =
       a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))
                          : int((prompt_tokens + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
@@ -179,11 +176,19 @@ void run_generate(const GenerateArgs& a) {
   check_args(a);
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   check_model_present(a.model_dir);
-  Model model = load_model(a.model_dir, parse_weight_format(a.weights));
-  print_warnings(model.warnings);
+  // What can fail without the weights fails before they load: the tokenizer, the
+  // prompt, the policy and its calibration (read against config.json).
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const std::vector<int> prompt = prompt_ids(a, tokenizer);
-  GenerateOptions options = generate_options(a, model, tokenizer, prompt.size());
+  std::string calibration = a.calibration;  // default: the model folder's, if it has one
+  if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
+    calibration = a.model_dir + "/triattention-calibration.json";
+  PolicyFactory policy;
+  if (a.budget > 0)
+    policy = policy_factory(a.policy, a.seed, calibration, load_config_file(a.model_dir + "/config.json"));
+  Model model = load_model(a.model_dir, parse_weight_format(a.weights));
+  print_warnings(model.warnings);
+  GenerateOptions options = generate_options(a, model, tokenizer, prompt.size(), std::move(policy));
   options.engine.backend = backend;
   EventLog events;
   if (!a.trace.empty()) options.events = &events;
@@ -315,7 +320,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-memory", args->kv_memory_mb, "KV pool size in MB (1e6 bytes); 0 = enough for the whole sequence")
       ->capture_default_str()
       ->check(number_check(0, false, 1e9, "0..1e9"));  // a petabyte at most: its bytes fit a size_t
-  cmd->add_option("--trace", args->trace, "Record every cache event of the run, and its tokens, to this file; kvscope-viz --trace FILE shows it");
+  cmd->add_option("--trace", args->trace, "Record every cache event of the run, and its tokens, to this file; kvscope-viz --trace FILE shows it")
+      ->check(kFileName);
   const std::vector<CLI::Option*> sampling_flags = {top_k, top_p, seed};
   cmd->callback([args, eviction_flags, sampling_flags] {
     for (const CLI::Option* o : eviction_flags)

@@ -53,9 +53,9 @@ void run_heads(const HeadsArgs& a) {
   if (a.length > positions)  // said before the model runs, not from inside its first window
     throw Error("heads: --length " + std::to_string(a.length) + " is longer than the model's max_position_embeddings (" +
                 std::to_string(positions) + ")");
-  const Model model = load_model(a.model_dir);
-  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
+  const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // the text first: it fails fast
   const auto windows = text_windows(tokenizer, text, a.length, a.windows);
+  const Model model = load_model(a.model_dir);
   const HeadSettings& s = a.settings;
   const std::vector<HeadStats> stats = head_stats(model, windows, s);
   const HeadStats even = uniform_head_stats(a.length, s);

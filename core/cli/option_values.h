@@ -57,6 +57,11 @@ inline CLI::Validator number_check(double low, bool above_low, double high, cons
       name);
 }
 
+// A file to write (--trace, --json, --out, --screenshot): "" would once mean "none",
+// and the run went on with exit code 0 having written nothing.
+inline const CLI::Validator kFileName(
+    [](std::string& name) { return name.empty() ? std::string("an empty file name") : std::string(); }, "FILE");
+
 // Whether CLI11 reads `word` as an option rather than a value: "-x" or "--xx", but
 // not "-5" or "-.5" (negative numbers).
 inline bool looks_like_option(const std::string& word) {
@@ -121,6 +126,10 @@ inline void check_option_values(const CLI::App& app, int argc, char** argv) {
     if (option == nullptr || option->get_expected_min() == 0) continue;  // not an option here, or a flag
     const bool separate = eq == std::string::npos;  // "--tokens 5", not "--tokens=5" or "-n5"
     if (!separate) {
+      // "--prompt=" with nothing after the '=': CLI11 would take the next word, even an
+      // option ("--prompt= --chat"), as the value.
+      if (value_at == arg.size())
+        throw CLI::ValidationError(option->get_name(), "no value after the '='");
       check_one_value(*option, arg.substr(value_at));
       continue;
     }

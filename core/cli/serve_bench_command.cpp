@@ -170,15 +170,21 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
           {"runs", rows}};
 }
 
-// The model served: --model's, or with --config random bf16 weights of that shape,
+// The shape of the model served, from its config.json alone: --model's, or --config's
 // cut to its first --layers layers.
-Model served_model(const ServeBenchArgs& a) {
-  if (a.config.empty()) return load_model(a.model_dir);
+ModelConfig served_shape(const ServeBenchArgs& a) {
+  if (a.config.empty()) return load_config_file(a.model_dir + "/config.json");
   ModelConfig shape = load_config_file(a.config);
   if (a.layers > shape.num_layers)
     throw Error("--layers " + std::to_string(a.layers) + ": " + a.config + " has only " +
                 std::to_string(shape.num_layers) + " layers");
   if (a.layers > 0) shape.num_layers = a.layers;
+  return shape;
+}
+
+// The model served: --model's, or with --config random bf16 weights of that shape.
+Model served_model(const ServeBenchArgs& a, const ModelConfig& shape) {
+  if (a.config.empty()) return load_model(a.model_dir);
   std::fprintf(stderr, "building a random bf16 model of %s's shape (%s)...\n", a.config.c_str(),
                plural(shape.num_layers, "layer").c_str());
   return random_model(shape, DType::BF16, a.seed);
@@ -230,6 +236,9 @@ Prompts served_prompts(const ServeBenchArgs& a, const ModelConfig& c, bool rando
   if (!random && a.text.empty() && !file_exists(p.text)) p.text.clear();
   if (!p.text.empty()) p.text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_text_file(p.text));
   if (!p.text.empty() && p.text_ids.empty()) throw file_error(p.text, "has no tokens");
+  if (!p.text.empty() && p.text_ids.size() < size_t(a.prompt_len))  // a prompt would repeat it
+    throw file_error(p.text, "has " + plural(int64_t(p.text_ids.size()), "token") + ", fewer than --prompt-len " +
+                                 std::to_string(a.prompt_len) + ": give a longer --text or a smaller --prompt-len");
   p.prompts = make_prompts(p.text_ids, a.requests, a.prompt_len, c.vocab_size, a.seed);
   return p;
 }
@@ -343,17 +352,21 @@ void run_serve_bench(const ServeBenchArgs& a) {
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   const bool random = !a.config.empty();
   if (!random) check_model_present(a.model_dir);
-  check_a_request_fits(a, load_config_file(random ? a.config : a.model_dir + "/config.json").max_position_embeddings);
+  const ModelConfig shape = served_shape(a);
+  check_a_request_fits(a, shape.max_position_embeddings);
   check_requests_fit_in_memory(a);
-  const Model model = served_model(a);
+  // What can fail without the weights fails before they load: the prompts' text and
+  // tokenizer, the policy and its calibration.
+  const Prompts p = served_prompts(a, shape, random);
+  const EngineConfig evicting = evicting_engine(a, shape, random, backend);
+  check_engine_memory(shape, evicting);  // the pool, before the weights load
+  const Model model = served_model(a, shape);
   print_warnings(model.warnings);
   const ModelConfig& c = model.config;
   const std::string model_name =
       random ? shown_path(a.config) + " (" + plural(c.num_layers, "layer") + ", " + params_text(c.parameter_count()) +
                    " parameters, random bf16 weights)"
              : shown_path(a.model_dir);
-  const Prompts p = served_prompts(a, c, random);
-  const EngineConfig evicting = evicting_engine(a, c, random, backend);
   ServeConfig serve;
   serve.chunk = a.chunk;
   const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
@@ -419,8 +432,10 @@ void add_serve_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "holes", "reuse", "compact"}));
   CLI::Option* calibration = cmd->add_option(
       "--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
-  cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file");
-  cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id) and its tokens; kvscope-viz --trace FILE shows it");
+  cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file")
+      ->check(kFileName);
+  cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id) and its tokens; kvscope-viz --trace FILE shows it")
+      ->check(kFileName);
   cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")
       ->capture_default_str()
       ->check(kNonNegative);

@@ -244,6 +244,10 @@ void run_simulate(const SimulateArgs& a) {
                 std::to_string(base.schedule.slack) + " = " + std::to_string(first_round) + " live tokens, and only " +
                 std::to_string(base.tokens) + " are written: nothing would be evicted; raise --tokens, or lower "
                 "--budget or --slack");
+  if (!base.streaming && base.schedule.budget >= base.tokens)  // likewise: "keeps 5000 tokens" of 1000
+    throw Error("simulate: a one-shot round keeps --budget " + std::to_string(base.schedule.budget) + " tokens, and only " +
+                std::to_string(base.tokens) + " are written: nothing would be evicted; raise --tokens, or lower "
+                "--budget");
   print_setup(a, base);
   std::fflush(stdout);
   const auto results = run_all(a, base, which);
@@ -302,7 +306,8 @@ void add_simulate_command(CLI::App& app) {
                               "K/V bytes per token, all layers (default: Qwen3-0.6B in f32, 2 x 28 x 8 x 128 x 4)")
                   ->capture_default_str();
   cmd->add_option("--config", a->config, "Take bytes per token from this config.json (f32 K/V)")->excludes(bpt);
-  cmd->add_option("--trace", a->trace, "Write the event stream of the run to this file (one strategy, one seed); kvscope-viz --trace FILE shows it");
+  cmd->add_option("--trace", a->trace, "Write the event stream of the run to this file (one strategy, one seed); kvscope-viz --trace FILE shows it")
+      ->check(kFileName);
   cmd->callback([a, slack] {
     a->slack_given = slack->count() > 0;
     run_simulate(*a);

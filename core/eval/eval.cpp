@@ -142,6 +142,9 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
                 " need " + std::to_string(positions) + " positions, more than the model's max_position_embeddings (" +
                 std::to_string(max_position_embeddings) + "): lower --context");
   if (s.scored_from > s.context) throw Error("eval: scored_from is past the end of the context");
+  if (s.calibration.empty() && std::find(s.policies.begin(), s.policies.end(), "triattention") != s.policies.end())
+    throw Error("eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "
+                "--calibration, or leave triattention out of --policies");
   for (double k : s.keep) {
     if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be above 0 and below 1 (got " + number_text(k) + ")");
     const EvictionSchedule schedule = schedule_for(k, s);
@@ -170,9 +173,6 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
   std::vector<PolicyFactory> factories(n_policies);   // the oracle's is made per window
   for (int p = 0; p < n_policies; ++p) {
     const std::string& name = s.policies[p];
-    if (name == "triattention" && s.calibration.empty())
-      throw Error("eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "
-                  "--calibration, or leave triattention out of --policies");
     if (name != "oracle") factories[p] = policy_factory(name, s.seed, s.calibration, model.config);
   }
 

@@ -30,10 +30,14 @@ void check_head_settings(const HeadSettings& s, int length) {
   if (length <= protected_tokens)  // no query then has keys that are neither sinks nor recent
     throw Error("heads: sinks + recent (" + std::to_string(s.sinks) + " + " + std::to_string(s.recent) +
                 ") must be fewer than the window's tokens (--length " + std::to_string(length) + ")");
-  if (s.from < protected_tokens || s.from >= length)
+  // At least kMinMiddleKeys middle keys, [sinks, from - recent), so that their top
+  // 10% is one key of ten or more (with none, or one, heavy would read 0% or 100%).
+  const int64_t lowest = protected_tokens + kMinMiddleKeys;
+  if (s.from < lowest || s.from >= length)
     throw Error("heads: the first measured query (--from " + std::to_string(s.from) +
-                ") must be in [sinks + recent, window length) = [" + std::to_string(protected_tokens) + ", " +
-                std::to_string(length) + ")");
+                ") must be in [sinks + recent + " + std::to_string(kMinMiddleKeys) + ", window length) = [" +
+                std::to_string(lowest) + ", " + std::to_string(length) + "), so that " +
+                std::to_string(kMinMiddleKeys) + " middle keys or more are measured");
 }
 
 std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vector<int>>& windows,

@@ -30,8 +30,10 @@ struct HeadSettings {
   int recent = 32;
 };
 
-// kvscope::Error unless sinks, recent >= 0 and sinks + recent <= from < length (the
-// window length): the queries measured must see every sink and a full recent window.
+// kvscope::Error unless sinks, recent >= 0 and sinks + recent + kMinMiddleKeys <= from
+// < length (the window length): the queries measured must see every sink, a full
+// recent window and at least kMinMiddleKeys middle keys.
+constexpr int kMinMiddleKeys = 10;
 void check_head_settings(const HeadSettings& settings, int length);
 
 // [layer * num_heads + head]. windows: token ids, all of one length > from.

@@ -153,6 +153,7 @@ ModelConfig load_config_file(const std::string& path) {
 
 void check_model_folder(const std::string& model_dir) {
   namespace fs = std::filesystem;
+  if (model_dir.empty()) throw Error("an empty model folder name");  // once ": no such folder"
   std::error_code ec;
   const fs::file_status st = fs::status(model_dir, ec);
   if (!fs::exists(st)) throw Error(model_dir + ": no such folder");

@@ -397,7 +397,10 @@ void check_bpe_options(const json& model, const std::string& path) {
 
 Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
   std::string path = tokenizer_json_path;
-  if (std::filesystem::is_directory(path)) path = (std::filesystem::path(path) / "tokenizer.json").string();
+  // A model folder: its tokenizer.json. (A folder named tokenizer.json is read as the
+  // file, so that read_file says "is a directory, not a file".)
+  if (std::filesystem::is_directory(path) && std::filesystem::path(path).filename() != "tokenizer.json")
+    path = (std::filesystem::path(path) / "tokenizer.json").string();
   json doc;
   try {
     doc = json::parse(read_file(path));
