@@ -72,7 +72,11 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error(kTiny + "--prompt hi -n 1e3", "--tokens: expects a whole number, not 1e3 (");
   expect_one_line_error(kTiny + "--prompt hi -n1.5", "--tokens: expects a whole number, not 1.5 (");  // attached
   expect_one_line_error("calibrate --chunk abc --model m --text t --out o", "--chunk: expects a whole number, not abc (");
-  expect_one_line_error("simulate --tokens 99999999999999999999", "--tokens: 99999999999999999999 is out of range (");
+  expect_one_line_error("simulate --tokens 99999999999999999999",
+                        "--tokens: 99999999999999999999 is out of range (the most is 9223372036854775807) (");
+  expect_one_line_error("eval --seed 3 --policies h2o", "--seed is for the random policy, and --policies leaves it out");
+  expect_one_line_error("simulate --seed 9223372036854775808",  // once "out of range", no range given
+                        "--seed: 9223372036854775808 is out of range (the most is 9223372036854775807) (");
   expect_one_line_error(kTiny + "--prompt hi -n 99999999999", "--tokens: 99999999999 is out of range (");
   expect_one_line_error("eval --keep 0.5,abc", "--keep: expects a number, not abc (");
   // A list's later words ("--keep 0.1 abc"): once "Could not convert: --keep = 0.1,abc".

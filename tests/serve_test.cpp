@@ -442,6 +442,9 @@ TEST(ServeBench, OptionsItWouldIgnoreAreRefused) {
        "kvscope: error: --policy has no effect with --strategies none, which runs without eviction\n"},
       {"--strategies none,none --budget 32",
        "kvscope: error: --budget has no effect with --strategies none, which runs without eviction\n"},
+      // The held-out text's prompts and H2O draw nothing: the seed changed nothing, unsaid.
+      {"--seed 7", "kvscope: error: --seed has no effect here: it seeds --policy random, and random prompts and "
+                   "weights (--config)\n"},
   };
   for (const auto& [args, message] : cases) {
     const test::ProgramRun r = test::run_kvscope("serve-bench " + args);

@@ -133,13 +133,18 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--slack", s.slack, "Rounds start at budget + slack live tokens")->capture_default_str()->check(kPositive);
   cmd->add_option("--sinks", s.sinks, "First tokens always kept")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--recent", s.recent, "Newest tokens always kept")->capture_default_str()->check(kNonNegative);
-  cmd->add_option("--seed", s.seed, "Seed of the random policy")
-      ->capture_default_str()
-      ->check(kNonNegative);
+  CLI::Option* seed = cmd->add_option("--seed", s.seed, "Seed of the random policy")
+                          ->capture_default_str()
+                          ->check(kNonNegative);
   cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", args->json, "Also write the numbers to this JSON file")->check(kFileName);
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
-  cmd->callback([args] { run_eval(*args); });
+  cmd->callback([args, seed] {
+    const std::vector<std::string>& policies = args->settings.policies;
+    if (seed->count() > 0 && std::find(policies.begin(), policies.end(), "random") == policies.end())
+      throw Error("--seed is for the random policy, and --policies leaves it out");  // as --calibration
+    run_eval(*args);
+  });
 }
 
 }  // namespace kvscope::cli

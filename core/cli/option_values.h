@@ -28,7 +28,8 @@ inline std::string number_value_problem(const std::string& text, bool whole) {
     if (!is_whole_number_text(text)) return "expects a whole number, not " + text;
     errno = 0;
     (void)std::strtoll(text.c_str(), nullptr, 10);
-    if (errno == ERANGE) return text + " is out of range";
+    if (errno == ERANGE)
+      return text + " is out of range (" + (text[0] == '-' ? "the least is -9223372036854775808" : "the most is 9223372036854775807") + ")";
     return "";
   }
   char* end = nullptr;

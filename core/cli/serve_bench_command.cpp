@@ -67,6 +67,7 @@ struct ServeBenchArgs {
   std::string json;
   std::string trace;  // the events of the last strategy's run
   uint64_t seed = 1;
+  bool seed_given = false;  // --seed was on the command line
   int threads = 0;
   int repeat = 3;  // runs of each strategy; the timings shown are their median
   std::string device = "cpu";
@@ -360,6 +361,9 @@ void run_serve_bench(const ServeBenchArgs& a) {
   const Prompts p = served_prompts(a, shape, random);
   const EngineConfig evicting = evicting_engine(a, shape, random, backend);
   check_engine_memory(shape, evicting);  // the pool, before the weights load
+  const bool draws = a.policy == "random" || random || p.text.empty();  // what --seed seeds
+  if (a.seed_given && !draws)
+    throw Error("--seed has no effect here: it seeds --policy random, and random prompts and weights (--config)");
   const Model model = served_model(a, shape);
   print_warnings(model.warnings);
   const ModelConfig& c = model.config;
@@ -436,9 +440,9 @@ void add_serve_bench_command(CLI::App& app) {
       ->check(kFileName);
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id) and its tokens; kvscope-viz --trace FILE shows it")
       ->check(kFileName);
-  cmd->add_option("--seed", a.seed, "Seed of the random policy and of random prompts")
-      ->capture_default_str()
-      ->check(kNonNegative);
+  CLI::Option* seed = cmd->add_option("--seed", a.seed, "Seed of the random policy, and of random prompts and weights")
+                          ->capture_default_str()
+                          ->check(kNonNegative);
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--device", a.device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
       ->capture_default_str()
@@ -449,7 +453,8 @@ void add_serve_bench_command(CLI::App& app) {
   // The eviction settings shape only the runs that evict: given with --strategies none
   // alone they would change nothing, so they are refused rather than ignored.
   const std::vector<CLI::Option*> eviction_flags = {policy, budget, slack, sinks, recent, calibration};
-  cmd->callback([args, eviction_flags] {
+  cmd->callback([args, eviction_flags, seed] {
+    args->seed_given = seed->count() > 0;
     const std::vector<std::string>& s = args->strategies;
     if (std::all_of(s.begin(), s.end(), [](const std::string& x) { return x == "none"; }))
       for (const CLI::Option* o : eviction_flags)
