@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cache/kv_storage.h"
+#include "model/ops.h"
 #include "gpu_devices.h"
 #include "util/error.h"
 #include "util/memory_check.h"
@@ -73,10 +74,9 @@ CudaBackend::CudaBackend(const Model& model, int num_blocks, int block_size)
     d.down_proj = upload(lw.down_proj);
     layers_.push_back(d);
   }
-  // RoPE frequencies with the expression and f32 rounding of rope() in model/ops.cpp.
+  // RoPE frequencies, the CPU's to the bit.
   std::vector<float> inv_freq(size_t(c.head_dim / 2));
-  for (int i = 0; i < c.head_dim / 2; ++i)
-    inv_freq[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(c.head_dim));
+  for (int i = 0; i < c.head_dim / 2; ++i) inv_freq[i] = rope_inv_freq(i, c.head_dim, c.rope_theta);
   inv_freq_.upload(inv_freq);
 
   check_fits_on_gpu(2 * storage_floats() * sizeof(float), KvStorage::describe(c, num_blocks, block_size));

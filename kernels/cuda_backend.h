@@ -45,10 +45,6 @@ class CudaBackend final : public Backend {
   size_t compact(const std::vector<Move>& plan) override;
   void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots) override;
 
-  // The whole K/V storage, copied to the host (for tests): same layout as KvStorage::k and ::v.
-  std::vector<float> download_keys() const { return k_.to_host(storage_floats()); }
-  std::vector<float> download_values() const { return v_.to_host(storage_floats()); }
-
  private:
   struct DeviceMatrix {
     const void* data = nullptr;

@@ -19,11 +19,6 @@ std::string slot_name(SlotRef s) { return "block " + std::to_string(s.block) + "
 
 bool is_active(const PagedKvCache& cache, int seq) { return cache.has_sequence(seq); }
 
-// Slots written in logical block i of a table: all of them, except in the tail block.
-int written_in(const PagedKvCache& cache, const Sequence& s, size_t i) {
-  return i + 1 == s.blocks.size() ? s.tail_used : cache.block_size();
-}
-
 // Ownership of every block of one table; marks them in `in_table` [num_blocks].
 void check_table_blocks(const PagedKvCache& cache, int seq, std::vector<int>& in_table) {
   const Sequence& s = cache.sequence(seq);
@@ -56,7 +51,7 @@ void check_table_slots(const PagedKvCache& cache, int seq) {
       const int64_t p = cache.position(at);
       if (p == kEmpty) continue;
       const auto where = [&] { return seq_name(seq) + ": " + slot_name(at); };  // built only for a message
-      if (j >= written_in(cache, s, i))
+      if (j >= cache.slots_written(s, i))
         fail(where() + " is past the tail (tail_used " + std::to_string(s.tail_used) + ") but holds position " +
              std::to_string(p));
       if (p < 0 || p >= s.next_pos)
@@ -88,7 +83,7 @@ void check_holes(const PagedKvCache& cache, int seq) {
   }
   std::vector<SlotRef> expected;  // the empty written slots, in table order
   for (size_t i = 0; i < s.blocks.size(); ++i)
-    for (int j = 0; j < written_in(cache, s, i); ++j)
+    for (int j = 0; j < cache.slots_written(s, i); ++j)
       if (cache.position({s.blocks[i], j}) == kEmpty) expected.push_back({s.blocks[i], j});
   std::reverse(expected.begin(), expected.end());  // the next one to fill at the back
   if (expected.size() != s.holes.size())

@@ -165,7 +165,7 @@ void PagedKvCache::evict(int seq, const std::vector<int64_t>& positions) {
   s.holes.clear();
   if (strategy_ == MemoryStrategy::ReuseHoles) {
     for (size_t i = 0; i < s.blocks.size(); ++i) {
-      const int used = (i + 1 == s.blocks.size()) ? s.tail_used : block_size_;
+      const int used = slots_written(s, i);
       for (int j = 0; j < used; ++j)
         if (slot_pos_[index({s.blocks[i], j})] == kEmpty) s.holes.push_back({s.blocks[i], j});
     }
@@ -178,7 +178,7 @@ std::vector<Move> PagedKvCache::plan_compaction(int seq) const {
   std::vector<Move> plan;
   int dest = 0;  // logical index of the next survivor's new home
   for (size_t i = 0; i < s.blocks.size(); ++i) {
-    const int used = (i + 1 == s.blocks.size()) ? s.tail_used : block_size_;
+    const int used = slots_written(s, i);
     for (int j = 0; j < used; ++j) {
       const int64_t pos = slot_pos_[index({s.blocks[i], j})];
       if (pos == kEmpty) continue;
@@ -217,7 +217,7 @@ std::vector<int64_t> PagedKvCache::live_positions(int seq) const {
   std::vector<int64_t> out;
   out.reserve(size_t(s.live));
   for (size_t i = 0; i < s.blocks.size(); ++i) {
-    const int used = (i + 1 == s.blocks.size()) ? s.tail_used : block_size_;
+    const int used = slots_written(s, i);
     for (int j = 0; j < used; ++j)
       if (int64_t p = slot_pos_[index({s.blocks[i], j})]; p != kEmpty) out.push_back(p);
   }

@@ -104,6 +104,8 @@ class PagedKvCache {
   // Reading.
   int64_t position(SlotRef s) const { return slot_pos_[index(s)]; }
   const Sequence& sequence(int seq) const;              // throws for an unknown or released id
+  // Slots written in table block i of `s`: all block_size of a full block, tail_used of the last.
+  int slots_written(const Sequence& s, size_t i) const { return i + 1 == s.blocks.size() ? s.tail_used : block_size_; }
   bool has_sequence(int seq) const;                      // added and not released
   std::vector<int64_t> live_positions(int seq) const;  // in logical (table) order
   int slots_in_table(int seq) const;                    // written slots: live + holes

@@ -57,6 +57,9 @@ void check_model_present(const std::string& model_dir);
 // The held-out text of eval, heads and serve-bench: --text as given; else the model
 // folder's heldout.txt when it has one; else the bundled model's.
 std::string held_out_text(const std::string& text, const std::string& model_dir);
+// TriAttention's calibration for generate, eval and serve-bench: --calibration as given;
+// else the model folder's triattention-calibration.json when it has one; else "".
+std::string calibration_file(const std::string& calibration, const std::string& model_dir);
 // eval's and heads' line when the text had fewer long-enough documents than --windows
 // asked for: "(--windows 3 asked for more: only 1 document of the text is long enough)".
 std::string fewer_windows_note(int asked, int found);

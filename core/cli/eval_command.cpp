@@ -68,10 +68,7 @@ void run_eval(EvalArgs a) {
   check_model_present(a.model_dir);
   a.text = held_out_text(a.text, a.model_dir);
   EvalSettings& s = a.settings;
-  // The calibration as given, else the model folder's when it has one (as generate and serve-bench take it).
-  const std::string folder_calibration = a.model_dir + "/triattention-calibration.json";
-  if (s.calibration.empty()) s.calibration = !a.calibration.empty() ? a.calibration
-                                             : file_exists(folder_calibration) ? folder_calibration : "";
+  if (s.calibration.empty()) s.calibration = calibration_file(a.calibration, a.model_dir);
   check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // the text first: it fails fast
   const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);

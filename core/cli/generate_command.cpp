@@ -180,12 +180,10 @@ void run_generate(const GenerateArgs& a) {
   // prompt, the policy and its calibration (read against config.json).
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const std::vector<int> prompt = prompt_ids(a, tokenizer);
-  std::string calibration = a.calibration;  // default: the model folder's, if it has one
-  if (calibration.empty() && file_exists(a.model_dir + "/triattention-calibration.json"))
-    calibration = a.model_dir + "/triattention-calibration.json";
   PolicyFactory policy;
   if (a.budget > 0)
-    policy = policy_factory(a.policy, a.seed, calibration, load_config_file(a.model_dir + "/config.json"));
+    policy = policy_factory(a.policy, a.seed, calibration_file(a.calibration, a.model_dir),
+                            load_config_file(a.model_dir + "/config.json"));
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   print_warnings(model.warnings);
   GenerateOptions options = generate_options(a, model, tokenizer, prompt.size(), std::move(policy));

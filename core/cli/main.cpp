@@ -49,6 +49,12 @@ std::string held_out_text(const std::string& text, const std::string& model_dir)
   return file_exists(folder_text) ? folder_text : bundled_model_dir() + "/heldout.txt";
 }
 
+std::string calibration_file(const std::string& calibration, const std::string& model_dir) {
+  if (!calibration.empty()) return calibration;
+  const std::string folder_calibration = model_dir + "/triattention-calibration.json";
+  return file_exists(folder_calibration) ? folder_calibration : "";
+}
+
 std::string fewer_windows_note(int asked, int found) {
   return "(--windows " + std::to_string(asked) + " asked for more: only " + plural(found, "document") +
          " of the text " + (found == 1 ? "is" : "are") + " long enough)";

@@ -8,6 +8,7 @@
 #include "cache/kv_cache.h"
 #include "engine/engine.h"
 #include "evict/oracle.h"
+#include "sample/sampler.h"  // argmax
 #include "util/error.h"
 #include "util/format.h"
 
@@ -22,8 +23,6 @@ struct WindowRun {
   std::vector<int> greedy;   // the greedy continuation after the window
   SequenceStats stats;       // the cache at the window's end
 };
-
-int argmax(const float* logits, int n) { return int(std::max_element(logits, logits + n) - logits); }
 
 // -log softmax(logits)[target], in double.
 double nll(const float* logits, int n, int target) {

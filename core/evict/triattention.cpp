@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/ops.h"
 #include "util/error.h"
 
 namespace kvscope {
@@ -83,8 +84,7 @@ namespace kvscope {
 
 
 double tri_omega(int band, int head_dim, double theta) {
-  // Same expression, same f32 rounding as rope() in model/ops.cpp.
-  return double(1.0f / std::pow(float(theta), float(2 * band) / float(head_dim)));
+  return double(rope_inv_freq(band, head_dim, theta));  // the f32 value rope() rotates by
 }
 
 // ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ LiveSlots live_slots(const PagedKvCache& cache, int seq) {
   const int bs = cache.block_size();
   LiveSlots out;
   for (size_t i = 0; i < s.blocks.size(); ++i) {
-    const int used = (i + 1 == s.blocks.size()) ? s.tail_used : bs;
+    const int used = cache.slots_written(s, i);
     for (int j = 0; j < used; ++j) {
       const SlotRef at{s.blocks[i], j};
       const int64_t p = cache.position(at);
@@ -167,7 +167,7 @@ void key_scores(double* raw, const float* w, const float* gap, const std::vector
   const int L = kv.num_layers, H = shape.n_heads, G = shape.n_heads / shape.n_kv_heads, d = shape.head_dim,
             half = d / 2;
   const int n = int(slots.size());
-#pragma omp parallel for schedule(dynamic, 1) if (double(L) * H * n * d > 1e6)
+#pragma omp parallel for schedule(dynamic, 1) if (double(L) * H * n * d > kMinParallelAttention)
   for (int l = 0; l < L; ++l) {
     std::vector<double> kabs(static_cast<size_t>(half));
     for (int i = 0; i < n; ++i) {

@@ -61,8 +61,6 @@ class CpuBackend final : public Backend {
   size_t compact(const std::vector<Move>& plan) override { return kv_.apply(plan); }
   void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots) override;
 
-  const KvStorage& storage() const { return kv_; }
-
  private:
   const Model& model_;
   KvStorage kv_;

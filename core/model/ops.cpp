@@ -66,12 +66,14 @@ void matmul_rows(float* out, const float* x, const Matrix& W, int T) {
   else matvec_bf16_n(W.bf16(), x, out, W.rows, W.cols, T);
 }
 
+float rope_inv_freq(int i, int head_dim, double theta) {
+  return 1.0f / std::pow(float(theta), float(2 * i) / float(head_dim));
+}
+
 void rope(float* x, int n_heads, int head_dim, int pos, double theta) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    // Computed in f32 like Hugging Face: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq.
-    const float inv_freq = 1.0f / std::pow(float(theta), float(2 * i) / float(head_dim));
-    const float angle = float(pos) * inv_freq;
+    const float angle = float(pos) * rope_inv_freq(i, head_dim, theta);  // in f32, as Hugging Face
     const float c = std::cos(angle), s = std::sin(angle);
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + size_t(h) * head_dim;

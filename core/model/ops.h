@@ -30,6 +30,10 @@ void matmul_rows(float* out, const float* x, const Matrix& W, int T);
 // Pairs dimension i with i + head_dim/2 and rotates it by pos * theta^(-2i/head_dim).
 //                                                          x: [n_heads, head_dim]
 void rope(float* x, int n_heads, int head_dim, int pos, double theta);
+// RoPE's frequency of band i, theta^(-2i/head_dim) in radians per position, computed in
+// f32 as Hugging Face does. rope(), the CUDA backend's table and TriAttention's omega all
+// take it from here, so they agree to the bit.
+float rope_inv_freq(int i, int head_dim, double theta);
 
 // out = silu(gate) * up, elementwise; silu(g) = g / (1 + e^-g).   [n]
 void swiglu(float* out, const float* gate, const float* up, int n);

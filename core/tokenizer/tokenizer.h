@@ -85,7 +85,7 @@ class Tokenizer {
   std::vector<int> normal_forms_;                   // utf8proc options of each normaliser, in order
   std::unique_ptr<Regex> split_;                    // pre-tokenizer pattern; null = no split
   std::unordered_map<std::string, int> bytes_to_id_;  // raw bytes -> id (vocab)
-  std::vector<std::string> id_bytes_;               // id -> raw bytes ("" = no token)
+  std::vector<std::string> id_bytes_;               // id -> raw bytes ("" where id_present_ is 0)
   std::vector<char> id_present_;                    // id -> has a token
   std::vector<char> id_special_;                    // id -> special added token
   std::vector<int> template_prefix_, template_suffix_;  // special ids around a text's ids

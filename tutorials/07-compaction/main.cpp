@@ -25,7 +25,7 @@ void print_table(const char* label, const PagedKvCache& cache, int seq) {
   const Sequence& s = cache.sequence(seq);
   std::printf("  %-7s", label);
   for (size_t i = 0; i < s.blocks.size(); ++i) {
-    const int used = i + 1 == s.blocks.size() ? s.tail_used : cache.block_size();
+    const int used = cache.slots_written(s, i);
     std::printf(" | block %d:", s.blocks[i]);
     for (int j = 0; j < cache.block_size(); ++j) {
       const int64_t p = j < used ? cache.position({s.blocks[i], j}) : kEmpty;
