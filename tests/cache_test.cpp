@@ -728,7 +728,13 @@ TEST_F(TraceErrors, HeaderOrIdsTooLargeToReplay) {
   expect_read_error(b, "header num_blocks=1000000000 is out of range [1, 16777216] for block_size=4");
   b = bytes_;
   b[body_ + 6 + 2] = 0x10;  // event 0's sequence id: 0x100000 = 2^20
-  expect_read_error(b, "event 0 (block_allocated): sequence id 1048576 out of range");
+  expect_read_error(b, "event 0 (block_allocated): sequence id 1048576 out of range [0, 1048576)");
+  // And the writer refuses what the reader would: once serve-bench wrote a trace of
+  // 2^20 sequences that kvscope-viz could not open.
+  Trace t = small_run();
+  t.events[0].seq = 1 << 20;
+  expect_error([&] { write_trace(path_, t.header, t.events); },
+               path_ + ": event 0 (block_allocated): sequence id 1048576 out of range [0, 1048576)");
 }
 
 TEST_F(TraceErrors, FileCutShort) {

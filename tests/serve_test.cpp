@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -13,6 +16,7 @@
 
 #include "cache/invariants.h"
 #include "cache/occupancy.h"
+#include "cache/trace.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "model/weights.h"
@@ -23,6 +27,7 @@
 #include "serve/scheduler.h"
 #include "serve/serve_bench.h"
 #include "test_paths.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/format.h"
@@ -301,6 +306,8 @@ TEST(Scheduler, RefusesARequestThatCouldNeverFit) {
   EXPECT_THROW(s.submit({}, 4), Error);
   EXPECT_THROW(s.submit(tokens(3, 1), 0), Error);
   EXPECT_THROW(s.submit({1, 2, 100000}, 1), Error);
+  // prompt + new tokens in 64 bits: INT_MAX new tokens wrapped negative and passed both checks.
+  EXPECT_THROW(s.submit({1, 2}, 2147483647), Error);
   EXPECT_EQ(s.num_waiting(), 0);
   s.submit(tokens(10, 1), 7);  // exactly 16
   s.run();
@@ -476,6 +483,45 @@ TEST(ServeBench, APoolOfHolesThatRunsOutKeepsItsTrace) {
             "evicted; compact gives the emptied slots back) (the run up to that step: " + path + ")\n");
   test::expect_the_trace_of_a_refused_run(path, /*num_blocks=*/8);
   std::remove(path.c_str());
+}
+
+// The peak is taken within a step, after its K/V writes and before the finished
+// requests give their blocks back: these one-token requests hold 2 blocks in every
+// step and none after it (once reported as "0.0 (0)").
+TEST(ServeBench, ThePeakOfBlocksInUseIsTakenWithinAStep) {
+  const std::string json = testing::TempDir() + "serve_peak.json";
+  const test::ProgramRun r = test::run_kvscope(
+      "serve-bench --model '" + test::tiny_model("tiny-tied") + "' --requests 3 --prompt-len 8 --output-len 1 "
+      "--blocks 4 --block-size 4 --strategies none --repeat 1 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(cell(r.output, "none", 6), "0.0 (2)") << r.output;
+  const nlohmann::json j = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(j["runs"][0]["peak_blocks"], 2);
+  // With no strategy that evicts, the JSON says no eviction, as the setup line and the trace do.
+  EXPECT_EQ(j["policy"], "none");
+  EXPECT_EQ(j["budget"], 0);
+  std::remove(json.c_str());
+}
+
+// Sampling stays inside the tokenizer's ids, as generate's does: tiny-tied's embeddings
+// have 384 rows for 379 tokens, and greedy decoding of this text once picked id 379,
+// which kvscope-viz then refused in the trace ("not in tokenizer.json").
+TEST(ServeBench, SampledIdsAreTheTokenizers) {
+  const std::string text = testing::TempDir() + "serve_vocab.txt", trace = testing::TempDir() + "serve_vocab.trace";
+  std::FILE* f = std::fopen(text.c_str(), "w");
+  std::fputs("changes directly on the documentation pages.", f);
+  std::fclose(f);
+  const test::ProgramRun r = test::run_kvscope(
+      "serve-bench --model '" + test::tiny_model("tiny-tied") + "' --text " + text + " --requests 1 --prompt-len 28 "
+      "--output-len 16 --blocks 64 --strategies none --repeat 1 --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Tokenizer tokenizer = Tokenizer::load(test::tiny_model("tiny-tied"));
+  const std::map<int, std::vector<int>> ids = trace_token_ids(read_trace(trace).header, trace);
+  ASSERT_EQ(ids.size(), 1u);
+  ASSERT_EQ(ids.at(0).size(), 28u + 16u);  // the prompt, then every new token
+  for (int id : ids.at(0)) EXPECT_LT(id, tokenizer.vocab_size());
+  std::remove(text.c_str());
+  std::remove(trace.c_str());
 }
 
 TEST(ServeBench, CompactionAdmitsMoreSequencesThanHolesOnlyOnTheBundledModel) {

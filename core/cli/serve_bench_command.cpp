@@ -163,10 +163,19 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
                     {"preemptions", r.stats.preemptions}, {"recomputed_tokens", r.stats.recomputed_tokens},
                     {"generated_tokens", r.stats.generated_tokens},
                     {"bytes_moved", r.stats.bytes_moved}, {"steps", r.stats.steps}, {"finished", r.finished},
-                    {"seconds", r.seconds}, {"blocks_in_use", r.stats.blocks_in_use}, {"running", r.stats.running}});
-  return {{"blocks", a.blocks},         {"block_size", a.block_size}, {"requests", a.requests},
-          {"prompt_len", a.prompt_len}, {"output_len", a.output_len}, {"chunk", a.chunk},
-          {"policy", a.policy},         {"budget", a.budget},         {"slack", a.slack},
+                    {"seconds", r.seconds}, {"blocks_in_use", r.stats.blocks_in_use},
+                    {"peak_blocks", r.stats.peak_blocks}, {"running", r.stats.running}});
+  // The eviction settings as the runs used them: none when no strategy evicts.
+  const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
+  return {{"blocks", a.blocks},
+          {"block_size", a.block_size},
+          {"requests", a.requests},
+          {"prompt_len", a.prompt_len},
+          {"output_len", a.output_len},
+          {"chunk", a.chunk},
+          {"policy", evicts ? a.policy : "none"},
+          {"budget", evicts ? a.budget : 0},
+          {"slack", evicts ? a.slack : 0},
           {"repeat", a.repeat},
           {"runs", rows}};
 }
@@ -230,12 +239,17 @@ struct Prompts {
   std::string text;                         // the text file, or "" for random ids
   std::vector<int> text_ids;                // [tokens of the text]
   std::vector<std::vector<int>> prompts;    // [requests][prompt_len]
+  int vocab_limit = 0;                      // the tokenizer's ids: sampling stays below (0: a random model, all)
 };
 Prompts served_prompts(const ServeBenchArgs& a, const ModelConfig& c, bool random) {
   Prompts p;
   p.text = random ? "" : held_out_text(a.text, a.model_dir);
   if (!random && a.text.empty() && !file_exists(p.text)) p.text.clear();
-  if (!p.text.empty()) p.text_ids = Tokenizer::load(a.model_dir + "/tokenizer.json").encode(read_text_file(p.text));
+  if (!random) {
+    const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
+    p.vocab_limit = tokenizer.vocab_size();  // embed_tokens may have rows no token has (Qwen3: 151936 vs 151669)
+    if (!p.text.empty()) p.text_ids = tokenizer.encode(read_text_file(p.text));
+  }
   if (!p.text.empty() && p.text_ids.empty()) throw file_error(p.text, "has no tokens");
   if (!p.text.empty() && p.text_ids.size() < size_t(a.prompt_len))  // a prompt would repeat it
     throw file_error(p.text, "has " + plural(int64_t(p.text_ids.size()), "token") + ", fewer than --prompt-len " +
@@ -251,10 +265,7 @@ EngineConfig evicting_engine(const ServeBenchArgs& a, const ModelConfig& c, bool
   e.num_blocks = a.blocks;
   e.block_size = a.block_size;
   e.schedule = {a.budget, a.slack, a.sinks, a.recent};
-  std::string calibration = a.calibration;
-  if (calibration.empty() && !random && file_exists(a.model_dir + "/triattention-calibration.json"))
-    calibration = a.model_dir + "/triattention-calibration.json";
-  e.policy = policy_factory(a.policy, a.seed, calibration, c);
+  e.policy = policy_factory(a.policy, a.seed, random ? a.calibration : calibration_file(a.calibration, a.model_dir), c);
   e.backend = std::move(backend);
   return e;
 }
@@ -332,7 +343,7 @@ void print_results(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   const std::string timed = a.repeat == 1 ? "one run of each strategy"
                                            : "the median of " + plural(a.repeat, "run") + " of each strategy, taken in turn";
   std::printf("\ntokens/s counts generated tokens over the wall time of the run (%s); blocks in use are counted "
-              "after every step; recomputed tokens went through the model again after a preemption.\n",
+              "after every step, their peak within a step (after its writes, before its evictions and releases); recomputed tokens went through the model again after a preemption.\n",
               timed.c_str());
   // Said from the engines that ran, not from --device: a fall-back to the CPU would show.
   if (!runs.empty() && runs[0].backend != "cpu") std::printf("the model ran on the %s backend\n", runs[0].backend.c_str());
@@ -373,6 +384,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
              : shown_path(a.model_dir);
   ServeConfig serve;
   serve.chunk = a.chunk;
+  serve.vocab_limit = p.vocab_limit;  // as generate samples
   const size_t block_bytes = KvStorage::bytes_per_block(c, a.block_size);
   print_setup(a, model_name, p.text, block_bytes);
 

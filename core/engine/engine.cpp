@@ -67,6 +67,7 @@ const float* Engine::step(int seq, const int* tokens, int T) {
   ForwardOptions options;
   observe_options(policies_.at(seq).get(), T, &prob_sums_, options.attention, options.sum_from, options.prob_sums);
   const float* logits = backend_->forward(cache_, seq, tokens, T, options);
+  blocks_after_forward_ = cache_.pool().num_used();
   after_forward(seq, options.prob_sums ? T - options.sum_from : 0, prob_sums_);
   return logits;
 }
@@ -79,6 +80,7 @@ const float* Engine::step_batch(std::vector<BatchItem> items) {
                     it.sum_from, it.prob_sums);
   }
   const float* logits = backend_->forward_batch(cache_, items);
+  blocks_after_forward_ = cache_.pool().num_used();
   for (size_t i = 0; i < items.size(); ++i) {
     const BatchItem& it = items[i];
     const int T = int(it.tokens.size());
@@ -93,10 +95,10 @@ void Engine::after_forward(int seq, int observed_queries, const std::vector<floa
     // The attention each live token received, summed over layers and heads.
     const ModelConfig& c = model_.config;
     const LiveSlots live = live_slots(cache_, seq);
-    const size_t table = prob_sums.size() / (size_t(c.num_layers) * c.num_heads);
-    std::vector<float> received(live.pos.size(), 0.0f);
+    const size_t table_slots = prob_sums.size() / (size_t(c.num_layers) * c.num_heads);
+    std::vector<float> received(live.pos.size(), 0.0f);  // [live tokens]
     for (int lh = 0; lh < c.num_layers * c.num_heads; ++lh)
-      for (size_t j = 0; j < received.size(); ++j) received[j] += prob_sums[lh * table + live.table_index[j]];
+      for (size_t j = 0; j < received.size(); ++j) received[j] += prob_sums[lh * table_slots + live.table_index[j]];
     policy->observe(live.pos, received, observed_queries);
   }
   if (config_.schedule.due(cache_.sequence(seq).live)) evict_round(seq);

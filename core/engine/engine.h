@@ -78,6 +78,9 @@ class Engine {
 
   SequenceStats stats(int seq) const;
   size_t bytes_moved() const { return bytes_moved_; }  // by compaction, every sequence, released ones too
+  // Pool blocks held right after the last step's forward pass wrote its K/V, before
+  // its eviction rounds: the most that step held at once.
+  int blocks_after_forward() const { return blocks_after_forward_; }
   const PagedKvCache& cache() const { return cache_; }
   const EngineConfig& config() const { return config_; }
   const Model& model() const { return model_; }
@@ -96,9 +99,10 @@ class Engine {
   std::unique_ptr<Backend> backend_;  // the weights' device copy, the K/V storage, the activations
   std::vector<std::unique_ptr<EvictionPolicy>> policies_;  // [sequence]
   std::vector<SequenceStats> stats_;                       // [sequence] rounds and bytes moved
-  std::vector<float> prob_sums_;                           // eager attention output, reused
+  std::vector<float> prob_sums_;  // [num_layers, num_heads, table slots] attention each slot received (eager path), reused
   std::vector<std::vector<float>> batch_prob_sums_;        // [batch item] the same for step_batch
   size_t bytes_moved_ = 0;
+  int blocks_after_forward_ = 0;
 };
 
 }  // namespace kvscope

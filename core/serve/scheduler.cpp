@@ -33,11 +33,12 @@ int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {
   for (int t : prompt)
     if (t < 0 || t >= c.vocab_size)
       throw Error(what + "token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-  const int context = int(prompt.size()) + max_new_tokens - 1;  // the last new token is never fed
+  const int64_t context = int64_t(prompt.size()) + max_new_tokens - 1;  // the last new token is never fed
   if (context > c.max_position_embeddings)
     throw Error(what + std::to_string(prompt.size()) + " prompt + " + plural(max_new_tokens, "new token") +
                 " exceed the model's max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
-  const int at_least = blocks_a_request_needs(engine_.config().schedule, context, config_.chunk, engine_.cache().block_size());
+  const int at_least =  // context fits an int now: max_position_embeddings is at most 2^30
+      blocks_a_request_needs(engine_.config().schedule, int(context), config_.chunk, engine_.cache().block_size());
   if (at_least > engine_.cache().num_blocks())
     throw Error(what + std::to_string(prompt.size()) + " prompt + " + plural(max_new_tokens, "new token") +
                 " need at least " + std::to_string(at_least) + " blocks of " +
@@ -135,6 +136,7 @@ bool Scheduler::step() {
 
   const std::vector<int> ids = running_;  // finish() edits running_ below
   const float* logits = engine_.step_batch(items);
+  stats_.peak_blocks = std::max(stats_.peak_blocks, engine_.blocks_after_forward());
 
   const int vocab = engine_.model().config.vocab_size;
   const int limit = config_.vocab_limit > 0 ? std::min(config_.vocab_limit, vocab) : vocab;

@@ -70,6 +70,8 @@ struct ServeStats {
   int64_t generated_tokens = 0;   // sampled tokens
   size_t bytes_moved = 0;         // by compaction
   std::vector<int> blocks_in_use; // [steps] pool blocks held after each step
+  int peak_blocks = 0;            // most pool blocks held at once: within a step, after its
+                                  // K/V writes and before its rounds and its finished requests' release
   std::vector<int> running;       // [steps] sequences in each step's batch
 };
 

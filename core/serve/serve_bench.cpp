@@ -16,10 +16,6 @@ static double mean(const std::vector<int>& v) {
 double ServeRun::mean_running() const { return mean(stats.running); }
 double ServeRun::mean_blocks_in_use() const { return mean(stats.blocks_in_use); }
 
-int ServeRun::peak_blocks_in_use() const {
-  const std::vector<int>& b = stats.blocks_in_use;
-  return b.empty() ? 0 : *std::max_element(b.begin(), b.end());
-}
 
 EngineConfig engine_for_strategy(const std::string& strategy, const EngineConfig& evicting) {
   EngineConfig c = evicting;
@@ -79,7 +75,7 @@ std::string markdown_table(const std::vector<ServeRun>& runs) {
   for (const ServeRun& r : runs) {
     std::snprintf(line, sizeof line, "| %s | %d | %.1f | %.0f | %d | %lld | %.1f (%d) | %.2f MB | %d | %d | %.1f s |\n",
                   r.strategy.c_str(), r.stats.peak_running, r.mean_running(), r.tokens_per_second(), r.stats.preemptions,
-                  (long long)r.stats.recomputed_tokens, r.mean_blocks_in_use(), r.peak_blocks_in_use(),
+                  (long long)r.stats.recomputed_tokens, r.mean_blocks_in_use(), r.stats.peak_blocks,
                   r.stats.bytes_moved / 1e6, r.stats.steps, r.finished, r.seconds);
     out += line;
   }

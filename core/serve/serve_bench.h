@@ -27,8 +27,7 @@ struct ServeRun {
 
   double tokens_per_second() const { return seconds > 0 ? stats.generated_tokens / seconds : 0; }
   double mean_running() const;  // sequences per step, on average
-  double mean_blocks_in_use() const;
-  int peak_blocks_in_use() const;
+  double mean_blocks_in_use() const;  // after each step (the peak, within a step: stats.peak_blocks)
 };
 
 // The engine for one strategy: "none" is no eviction (the schedule's budget set to
