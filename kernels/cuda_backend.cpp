@@ -378,7 +378,7 @@ size_t CudaBackend::compact(const std::vector<Move>& plan) {
   const ModelConfig& c = model_.config;
   cuda::compact(k_.get(), v_.get(), move_from_.get(), move_to_.get(), int(plan.size()), c.num_layers, layer_floats(),
                 c.kv_dim());
-  return plan.size() * size_t(c.num_layers) * 2 * c.kv_dim() * sizeof(float);
+  return plan.size() * KvStorage::bytes_per_slot(c);
 }
 
 void CudaBackend::key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots) {

@@ -13,7 +13,7 @@ void Counters::count(const Event& e, const Occupancy& after) {
     in_round.resize(seq + 1, 0);
     released_seq.resize(seq + 1, 0);
   }
-  auto blocks_of = [&](int64_t positions) { return (positions + block_size - 1) / block_size; };
+  auto blocks_of = [&](int64_t positions) { return blocks_for_tokens(positions, block_size); };
   switch (e.kind) {
     case EventKind::SlotWritten: {
       int64_t& next = next_pos[seq];

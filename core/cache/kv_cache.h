@@ -36,6 +36,9 @@ constexpr int64_t kEmpty = -1;  // the position of a slot that holds no token
 constexpr int kMaxBlockSize = 256;
 // kvscope::Error "block size must be between 1 and 256, got N" for a size outside that range.
 void check_block_size(int block_size);
+// Blocks that `tokens` positions fill: ceil(tokens / block_size). With a sequence's
+// positions used so far, its full-cache blocks: what it would hold with no eviction.
+constexpr int64_t blocks_for_tokens(int64_t tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
 struct SlotRef {
   int block = -1;  // physical block

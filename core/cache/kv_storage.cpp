@@ -23,16 +23,12 @@ size_t KvStorage::apply(const std::vector<Move>& plan) {
       std::copy_n(key(l, m.from), kv_dim, key(l, m.to));
       std::copy_n(value(l, m.from), kv_dim, value(l, m.to));
     }
-  return plan.size() * size_t(num_layers) * 2 * kv_dim * sizeof(float);
+  return plan.size() * size_t(num_layers) * 2 * kv_dim * sizeof(float);  // bytes_per_slot, per move
 }
 
 std::string KvStorage::describe(const ModelConfig& c, int num_blocks, int block_size) {
   return "the paged K/V storage (" + plural(num_blocks, "block") + " of " + plural(block_size, "token") +
          "; K and V of " + plural(c.num_layers, "layer") + ", f32)";
-}
-
-size_t KvStorage::bytes_per_block(const ModelConfig& c, int block_size) {
-  return size_t(2) * c.num_layers * block_size * c.kv_dim() * sizeof(float);
 }
 
 int blocks_for_budget(const ModelConfig& c, int block_size, size_t bytes) {

@@ -33,8 +33,10 @@ struct KvStorage {
   // (K and V, all layers).
   size_t apply(const std::vector<Move>& plan);
 
-  // Bytes one block takes: K and V, all layers, f32.
-  static size_t bytes_per_block(const ModelConfig& c, int block_size);
+  // Bytes one slot (one token) takes: K and V, all layers, f32. A compaction move
+  // copies this many; a block takes block_size of them.
+  static size_t bytes_per_slot(const ModelConfig& c) { return size_t(2) * c.num_layers * c.kv_dim() * sizeof(float); }
+  static size_t bytes_per_block(const ModelConfig& c, int block_size) { return bytes_per_slot(c) * block_size; }
   // "the paged K/V storage (N blocks of B tokens; K and V of L layers, f32)": how the
   // memory checks name it, on the CPU and on the GPU.
   static std::string describe(const ModelConfig& c, int num_blocks, int block_size);

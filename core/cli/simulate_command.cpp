@@ -189,7 +189,7 @@ void print_table(const std::vector<MemoryStrategy>& which, const std::vector<std
 // ---- the story around the table ----------------------------------------------
 
 void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
-  const int64_t blocks = (c.tokens + c.block_size - 1) / c.block_size;
+  const int64_t blocks = blocks_for_tokens(c.tokens, c.block_size);
   std::printf("kvscope simulate: %s token%s in blocks of %d: a full cache takes %s block%s, %s (%s bytes per token)\n",
               commas(c.tokens).c_str(), c.tokens == 1 ? "" : "s", c.block_size, commas(blocks).c_str(),
               blocks == 1 ? "" : "s",

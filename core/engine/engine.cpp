@@ -133,7 +133,7 @@ SequenceStats Engine::stats(int seq) const {
   s.tokens_seen = q.next_pos;
   s.live = q.live;
   s.blocks_in_use = int(q.blocks.size());
-  s.blocks_full_cache = int((q.next_pos + config_.block_size - 1) / config_.block_size);
+  s.blocks_full_cache = int(blocks_for_tokens(q.next_pos, config_.block_size));
   s.bytes_per_block = KvStorage::bytes_per_block(model_.config, config_.block_size);
   return s;
 }

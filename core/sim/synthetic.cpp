@@ -97,9 +97,7 @@ std::unique_ptr<EvictionPolicy> make_sim_policy(const std::string& name, uint64_
 void check_simulation_config(const SimulationConfig& c) {
   if (c.tokens < 1 || c.tokens > (int64_t(1) << 30))
     throw Error("simulate: tokens must be in [1, 2^30], got " + std::to_string(c.tokens));
-  if (c.block_size < 1 || c.block_size > kMaxBlockSize)
-    throw Error("block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
-                std::to_string(c.block_size));
+  check_block_size(c.block_size);
   if (!(c.evict_fraction >= 0 && c.evict_fraction <= 1))
     throw Error("simulate: the evicted fraction must be in [0, 1], got " + number_text(c.evict_fraction));
   if (c.bytes_per_token < 1 || c.bytes_per_token > (int64_t(1) << 30))  // 2^30 tokens x 2^30 bytes fits an int64
@@ -228,7 +226,7 @@ SimulationResult simulate(const SimulationConfig& c) {
   r.tokens = c.tokens;
   r.block_size = c.block_size;
   r.bytes_per_token = c.bytes_per_token;
-  r.blocks_full_cache = int((c.tokens + c.block_size - 1) / c.block_size);
+  r.blocks_full_cache = int(blocks_for_tokens(c.tokens, c.block_size));
   // A pool the size of the full cache is always enough: every block in use holds
   // at least one token, and all but the tail block were written full.
   PagedKvCache cache(r.blocks_full_cache, c.block_size, c.strategy, c.record_events ? &r.events : nullptr);
