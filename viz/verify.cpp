@@ -58,6 +58,18 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
       report += "verify: " + name + ": the slots are too small to read back at this size (use a larger --size)\n";
       continue;
     }
+    // A slot past the picture's edge is not a rendering fault: the window is too small.
+    bool fits = true;
+    for (int b = 0; b < occ.num_blocks(); ++b) {
+      const ImVec2 a = g.slot_min(b, 0), z = g.slot_max(b, occ.block_size() - 1);
+      fits &= a.x >= 0 && a.y >= 0 && z.x <= float(width) && z.y <= float(height);
+    }
+    if (!fits) {
+      ok = false;
+      report += "verify: " + name + ": the pool does not fit the " + std::to_string(width) + "x" +
+                std::to_string(height) + " picture (use a larger --size)\n";
+      continue;
+    }
     int64_t expected[5] = {}, seen[5] = {}, wrong = 0;
     std::string first;
     for (int b = 0; b < occ.num_blocks(); ++b)
