@@ -117,7 +117,13 @@ case "$mode" in
     else
       echo "== no display: kvscope-viz needs one for its window, so it renders a screenshot"
       echo "   under a virtual X server instead (open kvscope-screenshot.png to see it)"
-      xvfb-run -a ./build/kvscope-viz --screenshot kvscope-screenshot.png --scenario h2o-model --size 1600x1000
+      # The app's own exit status decides, not xvfb-run's: xvfb-run's clean-up of its
+      # temporary folder once failed (exit 5) after the app had passed.
+      rm -f build/kvscope-viz.status
+      xvfb-run -a sh -c '"$0" "$@"; echo $? > build/kvscope-viz.status' \
+        ./build/kvscope-viz --screenshot kvscope-screenshot.png --scenario h2o-model --size 1600x1000 || true
+      status=$(cat build/kvscope-viz.status 2>/dev/null || echo 1)
+      [ "$status" = 0 ] || { echo "setup.sh: kvscope-viz failed (exit $status)" >&2; exit 1; }
       echo "== wrote kvscope-screenshot.png"
     fi
     ;;
