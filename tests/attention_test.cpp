@@ -1,6 +1,7 @@
 // The two attention paths of core/model/attention.h against attention written the
 // plain way: for each query and head, every visible key's score, softmax, the
-// weighted sum of the values, in double. Random K/V in a paged cache with holes,
+// weighted sum of the values, in double; and the eager path's sums of probabilities
+// per key (what H2O and SnapKV rank by) against the same softmax. Random K/V in a paged cache with holes,
 // hole reuse (keys out of position order in the table), GQA groups of 1 to 4, and
 // chunks of queries that span several of the flash path's query and key tiles with
 // the causal mask cutting through them.
@@ -58,32 +59,40 @@ struct Cache {
   int64_t last_pos() const { return cache.sequence(seq).next_pos - 1; }
 };
 
-// out[t, h, :] = sum_j softmax_j(q[t, h] . k_j / sqrt(d)) v_j over the keys at
-// positions <= q_pos[t], in double.
+// p_j = softmax_j(q[t, h] . k_j / sqrt(d)) over the keys at positions <= q_pos[t]
+// (0 for the others), in double.                                      p: [n keys]
+std::vector<double> plain_probabilities(const std::vector<float>& q, const std::vector<int64_t>& q_pos,
+                                        const LiveSlots& keys, const KvStorage& kv, AttentionShape s, int t, int h) {
+  const int hd = s.head_dim, kv_off = (h / (s.n_heads / s.n_kv_heads)) * hd;
+  const float* qh = &q[(size_t(t) * s.n_heads + h) * hd];
+  std::vector<double> p(keys.slots.size(), -INFINITY);
+  double max_s = -INFINITY;
+  for (size_t j = 0; j < keys.slots.size(); ++j) {
+    if (keys.pos[j] > q_pos[t]) continue;
+    const float* k = kv.key(0, keys.slots[j]) + kv_off;
+    double dot = 0;
+    for (int i = 0; i < hd; ++i) dot += double(qh[i]) * k[i];
+    p[j] = dot / std::sqrt(double(hd));
+    max_s = std::max(max_s, p[j]);
+  }
+  double sum = 0;
+  for (double& x : p) sum += (x = std::exp(x - max_s));
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+// out[t, h, :] = sum_j p_j v_j, in double.                 out: [T, n_heads * head_dim]
 std::vector<double> plain_attention(const std::vector<float>& q, const std::vector<int64_t>& q_pos,
                                     const LiveSlots& keys, const KvStorage& kv, AttentionShape s) {
   const int T = int(q_pos.size()), hd = s.head_dim, group = s.n_heads / s.n_kv_heads;
   std::vector<double> out(size_t(T) * s.n_heads * hd, 0.0);
   for (int t = 0; t < T; ++t) {
     for (int h = 0; h < s.n_heads; ++h) {
-      const float* qh = &q[(size_t(t) * s.n_heads + h) * hd];
-      const int kv_off = (h / group) * hd;
-      std::vector<double> score(keys.slots.size(), -INFINITY);
-      double max_s = -INFINITY;
-      for (size_t j = 0; j < keys.slots.size(); ++j) {
-        if (keys.pos[j] > q_pos[t]) continue;
-        const float* k = kv.key(0, keys.slots[j]) + kv_off;
-        double dot = 0;
-        for (int i = 0; i < hd; ++i) dot += double(qh[i]) * k[i];
-        score[j] = dot / std::sqrt(double(hd));
-        max_s = std::max(max_s, score[j]);
-      }
-      double sum = 0;
-      for (double& x : score) sum += (x = std::exp(x - max_s));
+      const std::vector<double> p = plain_probabilities(q, q_pos, keys, kv, s, t, h);
       double* o = &out[(size_t(t) * s.n_heads + h) * hd];
       for (size_t j = 0; j < keys.slots.size(); ++j) {
-        const float* v = kv.value(0, keys.slots[j]) + kv_off;
-        for (int i = 0; i < hd; ++i) o[i] += score[j] / sum * v[i];
+        const float* v = kv.value(0, keys.slots[j]) + (h / group) * hd;
+        for (int i = 0; i < hd; ++i) o[i] += p[j] * v[i];
       }
     }
   }
@@ -130,6 +139,43 @@ TEST(Attention, FlashAndEagerMatchPlainSoftmax) {
                                    << keys.slots.size() << " keys, " << T << " queries";
       EXPECT_LE(worst_eager, 1e-5) << "heads " << c.shape.n_heads << "/" << c.shape.n_kv_heads << ", "
                                    << keys.slots.size() << " keys, " << T << " queries";
+    }
+  }
+}
+
+TEST(Attention, EagerAddsEachKeysProbabilitySummedOverTheLaterQueries) {
+  // What H2O and SnapKV rank keys by: prob_sums[h, table_index[j]] += sum over the
+  // queries t >= sum_from of p_j(t, h). The sums start at 0.25, so "adds" is checked
+  // too; a table slot that holds no live key (a hole) must stay 0.25.
+  const std::vector<Case> cases = {
+      {{16, 8, 128}, 300, MemoryStrategy::HolesOnly},
+      {{8, 2, 64}, 500, MemoryStrategy::ReuseHoles},
+  };
+  uint64_t seed = 50;
+  for (const Case& c : cases) {
+    const Cache cache(c, seed++);
+    const LiveSlots keys = live_slots(cache.cache, cache.seq);
+    const int table_slots = int(cache.cache.sequence(cache.seq).blocks.size()) * 16;
+    for (int T : {5, 70}) {
+      const int sum_from = T / 2;
+      const std::vector<int64_t> q_pos = query_positions(T, cache.last_pos());
+      std::vector<float> q(size_t(T) * c.shape.n_heads * c.shape.head_dim);
+      SplitMix64 rng(seed++);
+      for (float& x : q) x = 2 * rng.symmetric();
+      std::vector<double> want(size_t(c.shape.n_heads) * table_slots, 0.25);
+      for (int t = sum_from; t < T; ++t)
+        for (int h = 0; h < c.shape.n_heads; ++h) {
+          const std::vector<double> p = plain_probabilities(q, q_pos, keys, cache.kv, c.shape, t, h);
+          for (size_t j = 0; j < p.size(); ++j) want[size_t(h) * table_slots + keys.table_index[j]] += p[j];
+        }
+
+      std::vector<float> out(q.size()), sums(want.size(), 0.25f);
+      attention_eager(out.data(), q.data(), q_pos.data(), T, keys, cache.kv, 0, c.shape, sum_from, sums.data(),
+                      table_slots);
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(sums[i] - want[i])));
+      // Sums of up to 35 probabilities, each rounded in float: ~1e-6.
+      EXPECT_LE(worst, 1e-5) << keys.slots.size() << " keys, " << T << " queries from " << sum_from;
     }
   }
 }
