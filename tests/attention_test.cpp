@@ -1,10 +1,10 @@
 // The two attention paths of core/model/attention.h against attention written the
 // plain way: for each query and head, every visible key's score, softmax, the
 // weighted sum of the values, in double; and the eager path's sums of probabilities
-// per key (what H2O and SnapKV rank by) against the same softmax. Random K/V in a paged cache with holes,
-// hole reuse (keys out of position order in the table), GQA groups of 1 to 4, and
-// chunks of queries that span several of the flash path's query and key tiles with
-// the causal mask cutting through them.
+// per key (what H2O and SnapKV rank by) against the same softmax. Random K/V in a
+// paged cache with holes, hole reuse (keys out of position order in the table), GQA
+// groups of 1 to 4, and chunks of queries that span several of the flash path's
+// query and key tiles with the causal mask cutting through them.
 #include <gtest/gtest.h>
 
 #include <bit>
