@@ -18,7 +18,8 @@
 //      is printed as a diff (- quoted in the text, + printed today);
 //   2. requires every number in the prose (outside code blocks) to appear in
 //      what the file's commands print or in their options, so a
-//      sentence cannot go on quoting a number the program no longer prints.
+//      sentence cannot go on quoting a number the program no longer prints
+//      (any printed number will do: which one a sentence means is not checked);
 //      Not numbers, here: digits glued to letters (Qwen3, 0.6B, f32, 16K),
 //      words with a '/' (paths), link texts and targets, HTML comments, list
 //      markers and a heading's leading chapter number;
