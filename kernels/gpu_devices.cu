@@ -14,12 +14,21 @@ std::vector<GpuInfo> list_gpus(std::string& why) {
     return gpus;
   }
   if (count == 0) why = "the CUDA runtime found no device";
+  // A call that fails here leaves its error pending, and the next launch check
+  // (CUDA_CHECK_LAUNCH) would report it against an unrelated kernel: clear it.
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};
-    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
     GpuInfo g{i, p.name, p.major, p.minor, p.totalGlobalMem};
-    cudaDeviceGetAttribute(&g.memory_clock_khz, cudaDevAttrMemoryClockRate, i);
-    cudaDeviceGetAttribute(&g.memory_bus_bits, cudaDevAttrGlobalMemoryBusWidth, i);
+    // Without these the peak bandwidth is "unknown" (GpuInfo::peak_text).
+    if (cudaDeviceGetAttribute(&g.memory_clock_khz, cudaDevAttrMemoryClockRate, i) != cudaSuccess ||
+        cudaDeviceGetAttribute(&g.memory_bus_bits, cudaDevAttrGlobalMemoryBusWidth, i) != cudaSuccess) {
+      cudaGetLastError();
+      g.memory_clock_khz = g.memory_bus_bits = 0;
+    }
     gpus.push_back(g);
   }
   return gpus;
