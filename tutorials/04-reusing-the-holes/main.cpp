@@ -72,7 +72,7 @@ void part1_small_example() {
   std::vector<int64_t> newest = live.pos;
   std::sort(newest.begin(), newest.end());
   newest.erase(newest.begin(), newest.end() - 4);
-  std::printf("  the last 4 slots of the table hold positions %s; the newest 4 tokens are %s\n",
+  std::printf("  the last 4 live slots of the table hold positions %s; the newest 4 tokens are %s\n",
               join({live.pos.end() - 4, live.pos.end()}).c_str(), join(newest).c_str());
   // A query at position 13 (say, in a chunk of prefill) may see the keys at positions <= 13.
   const int64_t q = 13;

@@ -4,7 +4,7 @@
     /usr/bin/python3 tutorials/06-scoring-without-scores/plot_eval.py eval.json eval.png
 
 Top: perplexity against the full cache, per policy and kept fraction.
-Bottom: blocks freed, holes only (light) and compacted (dark).
+Bottom: blocks freed, holes only (solid) in front of compacted (light, behind).
 """
 import json
 import sys

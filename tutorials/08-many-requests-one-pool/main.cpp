@@ -24,6 +24,7 @@ using namespace kvscope::tutorial;
 
 constexpr int kRequests = 8, kPromptLen = 64, kNewTokens = 128;
 constexpr int kPoolBlocks = 24, kBlockSize = 16;
+constexpr int kChunk = 32;    // prompt tokens prefilled per step
 constexpr int kColumns = 64;  // timeline width: each column is a few steps
 
 // Request i's prompt: 64 tokens of the held-out text, from token i * 64 on.
@@ -54,7 +55,7 @@ struct Timeline {
 
 Timeline serve(const Model& model, const std::string& strategy, const std::vector<std::vector<int>>& prompts) {
   Engine engine(model, engine_for_strategy(strategy, evicting()));
-  Scheduler scheduler(engine, ServeConfig{/*chunk=*/32});
+  Scheduler scheduler(engine, ServeConfig{kChunk});
   for (const std::vector<int>& p : prompts) scheduler.submit(p, kNewTokens);
   Timeline t;
   t.rows.resize(prompts.size());
@@ -151,8 +152,9 @@ static void chapter() {
               kRequests, kPromptLen, kNewTokens, kPoolBlocks, kBlockSize);
   std::printf("A whole context takes %d blocks, so %d requests fit without eviction.\n", whole, kPoolBlocks / whole);
   const EvictionSchedule schedule = evicting().schedule;
-  std::printf("Eviction: H2O keeps %d tokens of a sequence whenever it reaches %d.\n", schedule.budget,
-              schedule.budget + schedule.slack);
+  std::printf("Eviction: H2O keeps %d tokens of a sequence (the %d first and the %d newest always) whenever it\n"
+              "reaches %d. A prompt is prefilled %d tokens a step.\n",
+              schedule.budget, schedule.sinks, schedule.recent, schedule.budget + schedule.slack, kChunk);
 
   const std::vector<std::string> strategies = {"none", "holes", "compact"};
   std::vector<Timeline> runs;
