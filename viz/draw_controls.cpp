@@ -217,13 +217,14 @@ void counters(App& app) {
   row(s, "rounds", "RoundEnd events", [](C c) { return commas(c.rounds); });
   ImGui::EndTable();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  // What a slot costs: one figure, or one per run when two traces of different models are shown.
+  // What a slot costs: one figure with its factors (Run::token_cost; a trace has only
+  // the figure), or one per run when two traces of different models are shown.
   auto cost = [](const Run& r) { return bytes(double(r.bytes_per_token)); };
-  auto model = [](const Run& r) { return r.source == "synthetic" ? std::string(": Qwen3-0.6B in f32") : ""; };
   const Run& a = s.view(0).run();
   const Run& b = s.view(s.views() - 1).run();
-  if (cost(a) == cost(b) && model(a) == model(b))
-    ImGui::TextWrapped("%s per token (K and V, all layers)%s", cost(a).c_str(), model(a).c_str());
+  if (cost(a) == cost(b) && a.token_cost == b.token_cost)
+    ImGui::TextWrapped("%s per token (K and V, all layers)%s%s", cost(a).c_str(), a.token_cost.empty() ? "" : ": ",
+                       a.token_cost.c_str());
   else
     ImGui::TextWrapped("per token (K and V, all layers): %s %s, %s %s", view_label(a).c_str(), cost(a).c_str(),
                        view_label(b).c_str(), cost(b).c_str());

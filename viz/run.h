@@ -33,6 +33,7 @@ struct Run {
   TraceHeader header;           // block size, pool size, strategy; meta: source, policy, workload, ...
   EventLog events;              // everything the cache did, in order
   int64_t bytes_per_token = 0;  // K and V of one token, all layers (what a slot costs)
+  std::string token_cost;       // what bytes_per_token is made of, "2 (K, V) x 28 layers x ..."; "" for traces
   std::string policy;           // the eviction policy ("random", "h2o", ...)
   std::string source;           // "synthetic" or "model"
   int sequences = 1;

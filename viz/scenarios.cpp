@@ -136,12 +136,21 @@ SimulationConfig sim_config(const RunSettings& s, MemoryStrategy strategy) {
   return c;
 }
 
+// What one token's K/V costs, factor by factor (KvStorage::bytes_per_slot: f32):
+// "2 (K, V) x 28 layers x 8 KV heads x 128 dims x 4 bytes, Qwen3-0.6B in f32".
+std::string token_cost(int layers, int kv_heads, int head_dim, const std::string& what) {
+  return "2 (K, V) x " + std::to_string(layers) + " layers x " + std::to_string(kv_heads) + " KV heads x " +
+         std::to_string(head_dim) + " dims x 4 bytes, " + what + " in f32";
+}
+
 void describe_synthetic(Run& run, const RunSettings& s, MemoryStrategy strategy) {
   run.label = strategy_name(strategy);
   run.source = "synthetic";
   run.policy = s.policy;
   run.sequences = s.sequences;
   run.bytes_per_token = kQwen3_0_6B_F32_BytesPerToken;
+  static_assert(kQwen3_0_6B_F32_BytesPerToken == 2 * 28 * 8 * 128 * 4);
+  run.token_cost = token_cost(28, 8, 128, "Qwen3-0.6B");
   run.header.block_size = s.block_size;
   run.header.strategy = strategy;
   run.header.meta = {{"source", "synthetic"},
@@ -352,7 +361,9 @@ Recording record_model(const RunSettings& s, const ModelSource& m) {
     run->label = strategy_name(strategy);
     run->source = "model";
     run->policy = s.policy;
-    run->bytes_per_token = int64_t(KvStorage::bytes_per_block(model.config, s.block_size) / size_t(s.block_size));
+    run->bytes_per_token = int64_t(KvStorage::bytes_per_slot(model.config));
+    run->token_cost = token_cost(model.config.num_layers, model.config.num_kv_heads, model.config.head_dim,
+                                 m.dir == bundled_model_dir() ? "the bundled model" : file_name(m.dir));
     if (s.sequences > 1)
       record_serving(*run, s, strategy, model, tokenizer, prompt, new_tokens, schedule, inner);
     else

@@ -19,7 +19,9 @@ void check_engine_memory(const ModelConfig& c, const EngineConfig& config) {
                            PagedKvCache::describe(config.num_blocks, config.block_size));
 }
 
-static int checked_num_blocks(const ModelConfig& c, const EngineConfig& config) {
+// config.num_blocks, once the pool's tables and the CPU K/V are known to fit
+// (before the cache, the first member to allocate, is made).
+static int num_blocks_that_fit(const ModelConfig& c, const EngineConfig& config) {
   check_engine_memory(c, config);
   return config.num_blocks;
 }
@@ -27,7 +29,7 @@ static int checked_num_blocks(const ModelConfig& c, const EngineConfig& config) 
 Engine::Engine(const Model& model, const EngineConfig& config, EventLog* log)
     : model_(model),
       config_(config),
-      cache_(checked_num_blocks(model.config, config), config.block_size, config.strategy, log),
+      cache_(num_blocks_that_fit(model.config, config), config.block_size, config.strategy, log),
       backend_(config.backend ? config.backend(model, config.num_blocks, config.block_size)
                               : std::make_unique<CpuBackend>(model, config.num_blocks, config.block_size)) {
   config_.schedule.validate();
