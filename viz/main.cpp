@@ -30,6 +30,7 @@
 #include "model/config.h"
 #include "palette.h"
 #include "screenshot.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/format.h"
@@ -196,22 +197,22 @@ int bench() {
   io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
   style(1.0f);
   auto time_frames = [&](const char* what, const RunSettings& settings) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_seconds();
     Recording rec = record(settings, {});
-    const double rec_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double rec_s = now_seconds() - t0;
     app.session = std::make_unique<Session>(rec.runs);
     app.recording = std::move(rec);
-    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - rec_s;
+    const double load_s = now_seconds() - t0 - rec_s;
     app.session->seek(app.session->length());  // the end: after eviction, holes scattered everywhere
     double total = 0, worst = 0;
     const int n = 60;
     for (int i = 0; i < n + 5; ++i) {
-      const auto f0 = std::chrono::steady_clock::now();
+      const double f0 = now_seconds();
       io.DeltaTime = 1.0f / 60;
       ImGui::NewFrame();
       app.frame(0);
       ImGui::Render();
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f0).count();
+      const double ms = 1e3 * (now_seconds() - f0);
       if (i >= 5) total += ms, worst = std::max(worst, ms);
     }
     int blocks = 0;

@@ -1,20 +1,17 @@
-// Small helpers shared by the `kvscope bench ...` commands: a clock, the CPU's
-// name for the table header, the attention rows' query counts, a percentage cell,
+// Small helpers shared by the `kvscope bench ...` commands: the CPU's name for the
+// table header, the attention rows' query counts, a percentage cell,
 // and the process's peak memory (Linux).
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
-namespace kvscope::cli {
+#include "util/clock.h"
 
-inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+namespace kvscope::cli {
 
 inline std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");

@@ -11,7 +11,6 @@
 // and the ratio that queries pointing every way would give over as many tokens.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "evict/triattention_calibration.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/format.h"
@@ -37,10 +37,6 @@ struct CalibrateArgs {
   int chunk = 0;           // 0 = min(1024, max_position_embeddings)
   int threads = 0;
 };
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Per layer, how concentrated the query directions are: each head's mean over its
 // bands of |qbar_f| / m_f, then the layer's mean, least and most concentrated head.

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/format.h"
@@ -74,11 +74,11 @@ void run_eval(EvalArgs a) {
   const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);
   const Model model = load_model(a.model_dir);
 
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = now_seconds();
   const bool bar = isatty(STDERR_FILENO);   // a progress bar for people, not for logs
   const EvalReport report = evaluate(model, windows, s, [&](int done, int total) {
     if (!bar) return;
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = now_seconds() - t0;
     const int width = 30, filled = width * done / total;
     std::fprintf(stderr, "\reval [%s%s] %d/%d runs, %.0f s", std::string(size_t(filled), '#').c_str(),
                  std::string(size_t(width - filled), '.').c_str(), done, total, dt);

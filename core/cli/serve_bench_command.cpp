@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -36,6 +35,7 @@
 #include "model/weights.h"
 #include "serve/serve_bench.h"
 #include "tokenizer/tokenizer.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/format.h"
@@ -307,11 +307,9 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
     for (size_t i = 0; i < a.strategies.size(); ++i) {
       const std::string& strategy = a.strategies[i];
       const bool record = !a.trace.empty() && i + 1 == a.strategies.size() && r == 0;
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = now_seconds();
       const auto progress = [&](int done, int total) {
-        if (bar)
-          print_progress(strategy, r + 1, a.repeat, done, total,
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (bar) print_progress(strategy, r + 1, a.repeat, done, total, now_seconds() - t0);
       };
       ServeRun run;
       std::vector<Request> stopped;  // the requests as they stood, when a step is refused

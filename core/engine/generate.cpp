@@ -1,18 +1,12 @@
 #include "engine/generate.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/format.h"
 
 namespace kvscope {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 GenerateStats generate(const Model& model, const std::vector<int>& prompt, const GenerateOptions& options,
                        const std::function<void(int token)>& on_token) {
@@ -40,11 +34,11 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
   stats.prompt_tokens = int(prompt.size());
   stats.backend = engine.backend().name();
 
-  auto t0 = std::chrono::steady_clock::now();
+  double t0 = now_seconds();
   const float* logits = engine.prefill(seq, prompt);
-  stats.prefill_seconds = seconds_since(t0);
+  stats.prefill_seconds = now_seconds() - t0;
 
-  t0 = std::chrono::steady_clock::now();
+  t0 = now_seconds();
   for (int i = 0; i < options.max_new_tokens; ++i) {
     const int token = sampler.sample(logits, vocab);
     ++stats.new_tokens;
@@ -57,7 +51,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
     logits = engine.decode(seq, token);
     ++stats.decode_steps;
   }
-  stats.decode_seconds = seconds_since(t0);
+  stats.decode_seconds = now_seconds() - t0;
   stats.cache = engine.stats(seq);
   return stats;
 }

@@ -1,10 +1,10 @@
 #include "serve/serve_bench.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <numeric>
 
+#include "util/clock.h"
 #include "util/error.h"
 
 namespace kvscope {
@@ -40,7 +40,7 @@ ServeRun serve_requests(const Model& model, const std::string& strategy, const E
   ServeRun run;
   run.strategy = strategy;
   run.backend = engine.backend().name();
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = now_seconds();
   const auto finished = [&] {
     int n = 0;
     for (int i = 0; i < scheduler.num_requests(); ++i) n += scheduler.request(i).finished;
@@ -58,7 +58,7 @@ ServeRun serve_requests(const Model& model, const std::string& strategy, const E
     if (stopped) *stopped = requests();
     throw;
   }
-  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.seconds = now_seconds() - t0;
   run.stats = scheduler.stats();
   run.finished = finished();
   run.requests = requests();
