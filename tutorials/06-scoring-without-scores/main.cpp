@@ -87,7 +87,8 @@ std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibr
 
 // 1. The calibration: per band, how concentrated the pre-RoPE queries are.
 static void query_centres(const TriCalibration& cal, const ModelConfig& c) {
-  std::printf("How concentrated the pre-RoPE queries are per band (|qbar_f| / m_f, mean over heads):\n");
+  std::printf("How concentrated the pre-RoPE queries are per band (|qbar_f| / m_f, mean over heads;\n"
+              "omega_f = theta^(-2f / head_dim), this model's RoPE base theta = %.0f):\n", c.rope_theta);
   std::printf("  band f   period 2pi/omega_f (tokens)   concentration\n");
   const std::vector<double> conc = concentration(cal);
   for (int f = 0; f < cal.bands(); f += 3) {
