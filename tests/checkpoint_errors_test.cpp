@@ -350,19 +350,32 @@ TEST(Config, TokenIdsPastAnIntAreRefused) {
   EXPECT_EQ(parse_config(c.dump(), "x/config.json").eos_token_ids, (std::vector<int>{1, 2}));
 }
 
-TEST(Config, DerivedHeadDimMustDivideExactly) {
-  // Found by tests/fuzz/config_fuzz.cpp: hidden 8 and 16 heads without head_dim gave head_dim 0.
+TEST(Config, FieldsLeftOutTakeHuggingFacesDefaults) {
+  // Qwen3Config's defaults, not another architecture's rules: head_dim 128 (not
+  // hidden_size / heads, which would be 1 here and once, fuzzed, 0), rope_theta
+  // 10000 (not Qwen3 releases' 1e6: the same file must give the same logits in
+  // Hugging Face), 32 KV heads, or as many as query heads when written as null.
   json c = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
-  c.erase("head_dim");
-  c["hidden_size"] = 8;
-  c["num_attention_heads"] = 16;
-  c["num_key_value_heads"] = 4;
+  for (const char* key : {"head_dim", "rope_theta", "num_key_value_heads"}) c.erase(key);
+  c["num_attention_heads"] = 64;
+  ModelConfig m = parse_config(c.dump(), "x/config.json");
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.rope_theta, 10000.0);
+  EXPECT_EQ(m.num_kv_heads, 32);
+  c["num_key_value_heads"] = nullptr;
+  EXPECT_EQ(parse_config(c.dump(), "x/config.json").num_kv_heads, 64);
+  // The model type decides: Qwen2's config is refused even if it names Qwen3's class.
+  c["model_type"] = "qwen2";
+  c["architectures"] = {"Qwen3ForCausalLM"};
   try {
     parse_config(c.dump(), "x/config.json");
-    FAIL() << "accepted head_dim = 8 / 16";
+    FAIL() << "accepted model_type qwen2";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not a multiple of num_attention_heads"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unsupported architecture (model_type \"qwen2\")"), std::string::npos)
+        << e.what();
   }
+  c.erase("model_type");  // without one, the architectures list decides
+  EXPECT_EQ(parse_config(c.dump(), "x/config.json").head_dim, 128);
 }
 
 // Each field may be up to 2^30, but not their products: 2^30 layers of head_dim

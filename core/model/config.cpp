@@ -87,12 +87,13 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   if (j.is_discarded()) throw file_error(source, "not valid JSON");
   if (!j.is_object()) throw file_error(source, "expected a JSON object");
 
-  // Architecture: Qwen3ForCausalLM / model_type "qwen3" only.
+  // Architecture: model_type "qwen3", as Hugging Face decides it; without a model_type,
+  // an architectures list that names Qwen3ForCausalLM.
   std::string model_type = j.value("model_type", "");
   bool qwen3_arch = false;
   if (j.contains("architectures") && j["architectures"].is_array())
     for (const json& a : j["architectures"]) qwen3_arch |= (a == "Qwen3ForCausalLM");
-  if (model_type != "qwen3" && !qwen3_arch) {
+  if (model_type.empty() ? !qwen3_arch : model_type != "qwen3") {
     std::string what = model_type.empty() ? std::string("no model_type") : "model_type \"" + model_type + "\"";
     throw file_error(source, "unsupported architecture (" + what + "); kvscope runs Qwen3 (model_type \"qwen3\") only");
   }
@@ -102,13 +103,13 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   c.intermediate_size = positive_int(j, "intermediate_size", source);
   c.num_layers = positive_int(j, "num_hidden_layers", source);
   c.num_heads = positive_int(j, "num_attention_heads", source);
-  c.num_kv_heads = j.contains("num_key_value_heads") ? positive_int(j, "num_key_value_heads", source) : c.num_heads;
-  // head_dim is explicit in Qwen3 (128 for 0.6B although 1024/16 = 64).
-  // Without it, hidden_size / num_attention_heads, which must then divide exactly.
-  if (!j.contains("head_dim") && c.hidden_size % c.num_heads != 0)
-    throw file_error(source, "no head_dim, and hidden_size " + std::to_string(c.hidden_size) +
-                                 " is not a multiple of num_attention_heads " + std::to_string(c.num_heads));
-  c.head_dim = j.contains("head_dim") ? positive_int(j, "head_dim", source) : c.hidden_size / c.num_heads;
+  // A field left out takes Hugging Face's Qwen3Config default: 32 KV heads (null: as
+  // many as query heads), head_dim 128 (not hidden_size / heads: 0.6B has 1024 / 16 =
+  // 64 and head_dim 128), rope_theta 10000 (ModelConfig's defaults).
+  const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
+  c.num_kv_heads = kv_null ? c.num_heads
+                   : j.contains("num_key_value_heads") ? positive_int(j, "num_key_value_heads", source) : 32;
+  c.head_dim = j.contains("head_dim") ? positive_int(j, "head_dim", source) : 128;
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.max_position_embeddings = j.contains("max_position_embeddings") ? positive_int(j, "max_position_embeddings", source) : 32768;
   if (j.contains("rms_norm_eps")) c.rms_norm_eps = j["rms_norm_eps"].get<float>();

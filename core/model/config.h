@@ -12,12 +12,12 @@ struct ModelConfig {
   int intermediate_size = 0;     // MLP width
   int num_layers = 0;            // num_hidden_layers
   int num_heads = 0;             // query heads
-  int num_kv_heads = 0;          // key/value heads (GQA: num_heads % num_kv_heads == 0)
-  int head_dim = 0;              // read from the file: NOT always hidden_size / num_heads
+  int num_kv_heads = 0;          // key/value heads (GQA: num_heads % num_kv_heads == 0); 32 if not given
+  int head_dim = 0;              // read from the file: NOT always hidden_size / num_heads; 128 if not given
   int vocab_size = 0;            // rows of embed_tokens (may exceed the tokenizer's vocabulary)
   int max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
-  double rope_theta = 1e6;
+  double rope_theta = 10000;     // Hugging Face's Qwen3Config default; every Qwen3 release gives 1e6
   bool tie_word_embeddings = false;
   std::string torch_dtype;       // "bfloat16", "float16" or "float32": how the weights are stored ("" = not said)
   std::vector<int> eos_token_ids;  // from config.json and generation_config.json

@@ -117,14 +117,16 @@ class Qwen3:
         self.hidden = config["hidden_size"]
         self.n_layers = config["num_hidden_layers"]
         self.n_heads = config["num_attention_heads"]
-        self.n_kv = config["num_key_value_heads"]
-        self.head_dim = config.get("head_dim") or self.hidden // self.n_heads
-        self.eps = config["rms_norm_eps"]
-        self.theta = float(config.get("rope_theta", 1e6))  # the default of kvscope's parse_config (core/model/config.h)
+        # Fields left out take Qwen3Config's defaults (transformers), as in Hugging Face.
+        self.n_kv = config.get("num_key_value_heads", 32) or self.n_heads  # null: as many as query heads
+        self.head_dim = config.get("head_dim", 128)
+        self.eps = config.get("rms_norm_eps", 1e-6)
+        self.theta = float(config.get("rope_theta", 10000.0))
         self.w = tensors
         # Qwen3ForCausalLM ties lm_head to embed_tokens when tie_word_embeddings;
-        # a file may still hold an lm_head.weight, which is then ignored.
-        if config.get("tie_word_embeddings", False) or "lm_head.weight" not in tensors:
+        # a file may still hold an lm_head.weight, which is then ignored. Untied, it
+        # must have one (Hugging Face would start it at random; kvscope refuses).
+        if config.get("tie_word_embeddings", False):
             self.lm_head = tensors["model.embed_tokens.weight"]
         else:
             self.lm_head = tensors["lm_head.weight"]
