@@ -301,6 +301,37 @@ TEST(Cache, StaleCompactionPlanIsRefused) {
   expect_error([&] { cache.commit_compaction(seq, plan); }, "stale plan");
 }
 
+TEST(Cache, APlanMadeBeforeAnAppendOrCutShortIsRefusedAndChangesNothing) {
+  // Each of these was once accepted and lost a token: the check looked only at the
+  // moves' sources, not at what their destinations held or what the plan left out.
+  for (MemoryStrategy strategy : {MemoryStrategy::Compact, MemoryStrategy::ReuseHoles}) {
+    PagedKvCache cache(8, 4, strategy);
+    const int seq = cache.add_sequence();
+    appended(cache, seq, 12);
+    cache.evict(seq, {0, 1, 2, 4, 5, 6});
+    const std::vector<Move> plan = cache.plan_compaction(seq);
+    ASSERT_FALSE(plan.empty());
+    const std::vector<int64_t> kept = cache.live_positions(seq);
+    // Cut short: nothing moves, yet the blocks past ceil(live / 4) would be freed.
+    expect_error([&] { cache.commit_compaction(seq, {}); }, "stale plan");
+    expect_error([&] { cache.commit_compaction(seq, {plan.begin(), plan.end() - 1}); }, "stale plan");
+    // An append after the plan (under ReuseHoles it fills a hole a move writes to).
+    cache.append(seq);
+    expect_error([&] { cache.commit_compaction(seq, plan); }, "stale plan");
+    std::vector<int64_t> now = kept;
+    now.push_back(12);
+    std::sort(now.begin(), now.end());
+    std::vector<int64_t> live = cache.live_positions(seq);
+    std::sort(live.begin(), live.end());
+    EXPECT_EQ(live, now) << strategy_name(strategy);
+    check_invariants(cache);
+    const std::vector<int64_t> table_order = cache.live_positions(seq);  // what compaction keeps
+    cache.commit_compaction(seq, cache.plan_compaction(seq));            // a fresh plan still does
+    check_invariants(cache);
+    EXPECT_EQ(cache.live_positions(seq), table_order) << strategy_name(strategy);
+  }
+}
+
 TEST(Cache, ExhaustedPoolLeavesEverySequenceIntact) {
   EventLog log;
   PagedKvCache cache(4, 4, MemoryStrategy::HolesOnly, &log);
@@ -735,6 +766,23 @@ TEST_F(TraceErrors, HeaderOrIdsTooLargeToReplay) {
   t.events[0].seq = 1 << 20;
   expect_error([&] { write_trace(path_, t.header, t.events); },
                path_ + ": event 0 (block_allocated): sequence id 1048576 out of range [0, 1048576)");
+  // The header too: a pool of more than 2^26 slots (kvscope simulate --tokens
+  // 67108880 --trace once would have written one).
+  t = small_run();
+  t.header.num_blocks = (1 << 24) + 1;
+  expect_error([&] { write_trace(path_, t.header, t.events); },
+               path_ + ": header num_blocks=16777217 is out of range [1, 16777216] for block_size=4");
+}
+
+// An event count whose 26 bytes a record wrap around 2^64 to the 2 bytes that follow
+// the header (26 x 5675921253449092805 = 2 mod 2^64): the size check once passed,
+// and reserving the events threw std::length_error instead of a file error.
+TEST_F(TraceErrors, AnEventCountThatWrapsAroundIsAFileCutShort) {
+  std::string header = bytes_.substr(0, body_);
+  const size_t at = header.find("events=");
+  header.replace(at, header.find_first_of(" \n", at) - at, "events=5675921253449092805");
+  expect_read_error(header + std::string(2, '\0'),
+                    "file cut short: the header promises 5675921253449092805 events (26 bytes each) but 2 bytes");
 }
 
 TEST_F(TraceErrors, FileCutShort) {

@@ -191,10 +191,12 @@ std::vector<Move> PagedKvCache::plan_compaction(int seq) const {
 }
 
 void PagedKvCache::commit_compaction(int seq, const std::vector<Move>& plan) {
+  // Only the plan plan_compaction makes now will do, checked before anything changes:
+  // one made before an append or an eviction, or cut short, would overwrite live
+  // tokens or free blocks that still hold some. (The same walk as making the plan.)
+  if (plan != plan_compaction(seq)) throw Error("compaction plan does not match the cache (stale plan?)");
   Sequence& s = seq_ref(seq);
   for (const Move& m : plan) {
-    if (slot_pos_[index(m.from)] != m.pos || owner_[m.to.block] != seq)
-      throw Error("compaction plan does not match the cache (stale plan?)");
     slot_pos_[index(m.from)] = kEmpty;
     slot_pos_[index(m.to)] = m.pos;
     emit({EventKind::SlotMoved, seq, m.to.block, m.to.slot, m.from.block, m.from.slot, m.pos});

@@ -43,6 +43,7 @@ constexpr int64_t blocks_for_tokens(int64_t tokens, int block_size) { return (to
 struct SlotRef {
   int block = -1;  // physical block
   int slot = -1;   // 0 .. block_size-1
+  bool operator==(const SlotRef&) const = default;
 };
 
 // One step of a compaction plan: the token at `pos` goes from `from` to `to`.
@@ -52,6 +53,7 @@ struct SlotRef {
 struct Move {
   SlotRef from, to;
   int64_t pos = kEmpty;
+  bool operator==(const Move&) const = default;
 };
 
 struct Sequence {
@@ -96,7 +98,9 @@ class PagedKvCache {
 
   // Compaction, in two steps so the K/V storage can move the bytes in between:
   // the plan slides every live token to the front of the table in logical order;
-  // commit records the new places and frees the blocks past the last survivor.
+  // commit records the new places and frees the blocks past the last survivor. It
+  // takes only the plan plan_compaction would make now (kvscope::Error "stale plan",
+  // nothing changed, for one made before an append or eviction, or cut short).
   std::vector<Move> plan_compaction(int seq) const;
   void commit_compaction(int seq, const std::vector<Move>& plan);
 

@@ -22,7 +22,6 @@ constexpr int kVersion = 1;
 constexpr int kNumKinds = int(EventKind::RoundEnd) + 1;
 // Limits that keep a corrupt file from asking for gigabytes before it is found
 // out (Occupancy allocates per slot and per sequence id). Real runs are far below.
-constexpr int64_t kMaxSlots = int64_t(1) << 26;  // num_blocks x block_size: 64M tokens, 512 MB to replay
 constexpr size_t kChunkEvents = 1 << 16;  // records per read or write: 1.7 MB of buffer
 
 // ---- the 26-byte record ------------------------------------------------------
@@ -155,12 +154,7 @@ ParsedHeader parse_header(const std::string& line, const std::string& path) {
 
   ParsedHeader p;
   const int64_t bs = header_int(fields, "block_size", path), nb = header_int(fields, "num_blocks", path);
-  if (bs < 1 || bs > kMaxBlockSize)
-    throw file_error(path, "header block_size=" + std::to_string(bs) + " is out of range [1, " +
-                               std::to_string(kMaxBlockSize) + "]");
-  if (nb < 1 || nb > kMaxSlots / bs)
-    throw file_error(path, "header num_blocks=" + std::to_string(nb) + " is out of range [1, " +
-                               std::to_string(kMaxSlots / bs) + "] for block_size=" + std::to_string(bs));
+  check_trace_pool(bs, nb, path);
   p.header.block_size = int(bs);
   p.header.num_blocks = int(nb);
   p.num_events = size_t(header_int(fields, "events", path));
@@ -210,13 +204,24 @@ void check_record(const Event& e, const TraceHeader& h, size_t i, const std::str
 
 // ---- writing and reading -----------------------------------------------------
 
+void check_trace_pool(int64_t block_size, int64_t num_blocks, const std::string& path) {
+  if (block_size < 1 || block_size > kMaxBlockSize)
+    throw file_error(path, "header block_size=" + std::to_string(block_size) + " is out of range [1, " +
+                               std::to_string(kMaxBlockSize) + "]");
+  if (num_blocks < 1 || num_blocks > kMaxTraceSlots / block_size)
+    throw file_error(path, "header num_blocks=" + std::to_string(num_blocks) + " is out of range [1, " +
+                               std::to_string(kMaxTraceSlots / block_size) + "] for block_size=" +
+                               std::to_string(block_size));
+}
+
 void write_trace(const std::string& path, const TraceHeader& header, const EventLog& events) {
+  check_trace_pool(header.block_size, header.num_blocks, path);
   for (const auto& [k, v] : header.meta)
     if (!is_plain_key(k) || is_reserved_key(k))
       throw file_error(path, "trace metadata key \"" + k +
                                  "\" must be a plain word other than block_size, num_blocks, strategy, events");
   // What read_trace would refuse is not written (a serve-bench run of 2^20 sequences
-  // once wrote a trace its reader refused): the same checks, record by record.
+  // once wrote a trace its reader refused): the same checks, header and records.
   for (size_t i = 0; i < events.size(); ++i) check_record(events[i], header, i, path);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw file_error(path, "cannot open for writing");
@@ -250,17 +255,18 @@ Trace read_trace(const std::string& path) {
   if (!std::getline(in, line) || in.eof()) throw file_error(path, "the header line has no end (file cut short?)");
   const ParsedHeader p = parse_header(line, path);
 
-  // The size must be exactly header + events x record.
+  // The size must be exactly header + events x record, compared by division: a
+  // crafted event count times 26 can wrap around 2^64 to the bytes that follow.
   const size_t header_bytes = line.size() + 1;
-  const size_t body = file_bytes - header_bytes, want = p.num_events * kTraceRecordBytes;
-  if (body < want)
+  const size_t body = file_bytes - header_bytes, whole = body / kTraceRecordBytes;
+  if (p.num_events > whole)
     throw file_error(path, "file cut short: the header promises " + std::to_string(p.num_events) + " events (" +
-                               std::to_string(want) + " bytes) but " + std::to_string(body) + " bytes follow it (" +
-                               std::to_string(body / kTraceRecordBytes) + " whole records" +
+                               std::to_string(kTraceRecordBytes) + " bytes each) but " + std::to_string(body) +
+                               " bytes follow it (" + std::to_string(whole) + " whole records" +
                                (body % kTraceRecordBytes ? " and a partial one)" : ")"));
-  if (body > want)
-    throw file_error(
-        path, std::to_string(body - want) + " unexpected bytes after the " + std::to_string(p.num_events) + " events");
+  if (body > p.num_events * kTraceRecordBytes)  // no wrap: num_events <= whole
+    throw file_error(path, std::to_string(body - p.num_events * kTraceRecordBytes) + " unexpected bytes after the " +
+                               std::to_string(p.num_events) + " events");
 
   Trace t{p.header, {}};
   t.events.reserve(p.num_events);

@@ -40,6 +40,15 @@ namespace kvscope {
 
 constexpr int kTraceRecordBytes = 26;
 
+// The largest pool a trace may describe: num_blocks x block_size slots, 64M tokens,
+// what a replay holds in 512 MB.
+constexpr int64_t kMaxTraceSlots = int64_t(1) << 26;
+
+// block_size in [1, kMaxBlockSize] and num_blocks in [1, kMaxTraceSlots / block_size]:
+// what read_trace accepts and so what write_trace writes. Else kvscope::Error
+// "PATH: header num_blocks=N is out of range [1, M] for block_size=B".
+void check_trace_pool(int64_t block_size, int64_t num_blocks, const std::string& path);
+
 struct TraceHeader {
   int block_size = 16;
   int num_blocks = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "cache/trace.h"
 #include "util/error.h"
 #include "util/format.h"
 #include "util/memory_check.h"
@@ -98,6 +99,11 @@ void check_simulation_config(const SimulationConfig& c) {
   if (c.tokens < 1 || c.tokens > (int64_t(1) << 30))
     throw Error("simulate: tokens must be in [1, 2^30], got " + std::to_string(c.tokens));
   check_block_size(c.block_size);
+  const int64_t slots = blocks_for_tokens(c.tokens, c.block_size) * c.block_size;
+  if (c.record_events && slots > kMaxTraceSlots)  // refused before the run, not when the trace is written
+    throw Error("simulate: a trace holds a pool of at most " + commas(kMaxTraceSlots) + " slots (what kvscope-viz "
+                "replays), and " + commas(c.tokens) + " tokens in blocks of " + std::to_string(c.block_size) + " need " +
+                commas(slots) + "; lower --tokens for --trace");
   if (!(c.evict_fraction >= 0 && c.evict_fraction <= 1))
     throw Error("simulate: the evicted fraction must be in [0, 1], got " + number_text(c.evict_fraction));
   if (c.bytes_per_token < 1 || c.bytes_per_token > (int64_t(1) << 30))  // 2^30 tokens x 2^30 bytes fits an int64
