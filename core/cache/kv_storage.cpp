@@ -23,7 +23,7 @@ size_t KvStorage::apply(const std::vector<Move>& plan) {
       std::copy_n(key(l, m.from), kv_dim, key(l, m.to));
       std::copy_n(value(l, m.from), kv_dim, value(l, m.to));
     }
-  return plan.size() * size_t(num_layers) * 2 * kv_dim * sizeof(float);  // bytes_per_slot, per move
+  return plan.size() * bytes_per_slot(num_layers, kv_dim);
 }
 
 std::string KvStorage::describe(const ModelConfig& c, int num_blocks, int block_size) {

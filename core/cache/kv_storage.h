@@ -35,7 +35,8 @@ struct KvStorage {
 
   // Bytes one slot (one token) takes: K and V, all layers, f32. A compaction move
   // copies this many; a block takes block_size of them.
-  static size_t bytes_per_slot(const ModelConfig& c) { return size_t(2) * c.num_layers * c.kv_dim() * sizeof(float); }
+  static size_t bytes_per_slot(int layers, int dim) { return size_t(2) * layers * dim * sizeof(float); }
+  static size_t bytes_per_slot(const ModelConfig& c) { return bytes_per_slot(c.num_layers, c.kv_dim()); }
   static size_t bytes_per_block(const ModelConfig& c, int block_size) { return bytes_per_slot(c) * block_size; }
   // "the paged K/V storage (N blocks of B tokens; K and V of L layers, f32)": how the
   // memory checks name it, on the CPU and on the GPU.
