@@ -123,6 +123,13 @@ TEST(BlockPool, RetainCountsReferences) {
   pool.free(b);
   EXPECT_TRUE(pool.is_free(b));
   expect_error([&] { pool.retain(b); }, "not allocated");
+  expect_error([&] { pool.retain(2); }, "no block 2");
+}
+
+TEST(BlockPool, AskingAboutABlockOutsideThePoolIsAnError) {
+  BlockPool pool(2);
+  expect_error([&] { pool.ref_count(2); }, "block pool: no block 2");
+  expect_error([&] { pool.is_free(-1); }, "block pool: no block -1");
 }
 
 // ---- PagedKvCache: the basics, under every strategy ------------------------------

@@ -26,16 +26,20 @@ int BlockPool::allocate() {
   return block;
 }
 
-void BlockPool::free(int block) {
+int BlockPool::ref_count(int block) const {
   if (block < 0 || block >= num_blocks()) throw Error("block pool: no block " + std::to_string(block));
-  if (ref_count_[block] == 0) throw Error("block pool: block " + std::to_string(block) + " freed twice");
+  return ref_count_[block];
+}
+
+void BlockPool::free(int block) {
+  if (ref_count(block) == 0) throw Error("block pool: block " + std::to_string(block) + " freed twice");
   if (--ref_count_[block] > 0) return;
   free_queue_[(head_ + free_count_) % num_blocks()] = block;  // to the back of the queue
   ++free_count_;
 }
 
 void BlockPool::retain(int block) {
-  if (block < 0 || block >= num_blocks() || ref_count_[block] == 0)
+  if (ref_count(block) == 0)
     throw Error("block pool: cannot retain block " + std::to_string(block) + ", it is not allocated");
   ++ref_count_[block];
 }

@@ -27,8 +27,9 @@ class BlockPool {
   int num_blocks() const { return int(ref_count_.size()); }
   int num_free() const { return free_count_; }
   int num_used() const { return num_blocks() - free_count_; }
-  bool is_free(int block) const { return ref_count_.at(block) == 0; }
-  int ref_count(int block) const { return ref_count_.at(block); }
+  // References to `block` (0: free). Throws kvscope::Error for an id outside the pool.
+  int ref_count(int block) const;
+  bool is_free(int block) const { return ref_count(block) == 0; }
 
  private:
   std::vector<int> ref_count_;   // [num_blocks]  0 = in the free queue
