@@ -512,6 +512,58 @@ TEST(VizSession, OneScheduleIsToldByItsEventsNotByTheirCount) {
   EXPECT_FALSE(two.same_schedule());
 }
 
+// Hole reuse puts new tokens in old slots, so a round evicts its tokens in another
+// order than compaction's run does, though the same tokens. They are one schedule:
+// the other view follows event for event, and mid-round both have evicted as many
+// (once it was put a round ahead, by its share of tokens written).
+TEST(VizSession, HoleReuseAndCompactionAreOneSchedule) {
+  RunSettings s = small_streaming();
+  s.strategies = {MemoryStrategy::ReuseHoles, MemoryStrategy::Compact};
+  const Recording rec = record(s, {});
+  Session session(rec.runs);
+  ASSERT_EQ(session.primary(), 1);
+  const Timeline& reuse = session.view(0);
+  const Timeline& compact = session.view(1);
+  EXPECT_TRUE(session.same_schedule());
+  bool orders_differ = false;  // the case this test is for
+  while (session.cursor() < session.length()) {
+    session.step(Unit::Event, +1);
+    ASSERT_EQ(reuse.counters().written, compact.counters().written) << "event " << session.cursor();
+    ASSERT_EQ(reuse.counters().evicted, compact.counters().evicted) << "event " << session.cursor();
+    ASSERT_EQ(reuse.round_number(), compact.round_number()) << "event " << session.cursor();
+    const Event& e = compact.event(compact.cursor() - 1);
+    if (e.kind == EventKind::SlotEvicted && reuse.cursor() > 0) {
+      const Event& r = reuse.event(reuse.cursor() - 1);
+      orders_differ = orders_differ || (r.kind == EventKind::SlotEvicted && r.pos != e.pos);
+    }
+  }
+  EXPECT_TRUE(orders_differ) << "the two runs evicted in the same order; this test shows nothing";
+}
+
+// The phase a view names: evicting while the round's evictions last, evicted once
+// they are done (the holes view waits there while the other compacts), compacting.
+TEST(VizTimeline, ThePhaseSaysWhenARoundsEvictionsAreDone) {
+  const Recording rec = record(small_streaming(), {});
+  for (int view : {0, 1}) {
+    Timeline t(rec.runs[size_t(view)]);
+    const size_t begin = t.next(Unit::Round, 0), end = t.next(Unit::Round, begin);  // round 2, whole
+    size_t round_begin = begin;
+    while (t.event(round_begin).kind != EventKind::RoundBegin) ++round_begin;
+    size_t last_eviction = round_begin;
+    for (size_t i = round_begin; i < end; ++i)
+      if (t.event(i).kind == EventKind::SlotEvicted) last_eviction = i;
+    ASSERT_GT(last_eviction, round_begin + 1) << "view " << view;
+    t.seek(round_begin + 2);  // RoundBegin and one eviction applied
+    EXPECT_EQ(t.phase(), "round 2: evicting") << "view " << view;
+    t.seek(last_eviction + 1);
+    EXPECT_EQ(t.phase(), "round 2: evicted") << "view " << view;
+    t.seek(end - 1);  // all but the RoundEnd
+    EXPECT_EQ(t.phase(), view == 1 ? "round 2: compacting" : "round 2: evicted") << "view " << view;
+    t.seek(end);
+    EXPECT_EQ(t.phase(), "round 2 done") << "view " << view;
+  }
+}
+
 // The app keys what it keeps across frames (the chart keys' corners) on Session::id():
 // a new session of the same runs, even one built at the old one's address, is new.
 TEST(VizSession, EverySessionHasItsOwnId) {

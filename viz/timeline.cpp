@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <tuple>
 
 #include "util/error.h"
 
@@ -125,13 +126,23 @@ size_t Timeline::prev(Unit unit, size_t from) const {
   return it == list->begin() ? 0 : *(it - 1) + 1;
 }
 
-bool Timeline::same_logical_events(const Timeline& other) const {
-  if (logical_.size() != other.logical_.size()) return false;
-  for (size_t i = 0; i < logical_.size(); ++i) {
-    const Event &a = event(logical_[i]), &b = other.event(other.logical_[i]);
-    if (a.kind != b.kind || a.seq != b.seq || a.pos != b.pos) return false;
+// (kind, sequence, position) of each logical event, with each run of evictions
+// sorted: the cache evicts a round's tokens in slot order, and under hole reuse
+// slot order is not token order.
+std::vector<std::tuple<EventKind, int32_t, int64_t>> Timeline::logical_keys() const {
+  std::vector<std::tuple<EventKind, int32_t, int64_t>> keys;
+  for (size_t i : logical_) keys.emplace_back(event(i).kind, event(i).seq, event(i).pos);
+  for (auto it = keys.begin(); it != keys.end();) {
+    const auto is_eviction = [](const auto& k) { return std::get<0>(k) == EventKind::SlotEvicted; };
+    const auto first = std::find_if(it, keys.end(), is_eviction);
+    it = std::find_if_not(first, keys.end(), is_eviction);
+    std::sort(first, it);
   }
-  return true;
+  return keys;
+}
+
+bool Timeline::same_logical_events(const Timeline& other) const {
+  return logical_.size() == other.logical_.size() && logical_keys() == other.logical_keys();
 }
 
 size_t Timeline::logical_count(size_t cursor) const {
@@ -175,7 +186,12 @@ size_t Timeline::next_stop(size_t from) const {
 
 std::string Timeline::phase() const {
   const std::string round = "round " + std::to_string(round_number());
-  if (in_round_) return round + (moved_in_round_ ? ": compacting" : ": evicting");
+  if (in_round_ && moved_in_round_) return round + ": compacting";
+  if (in_round_) {  // evicting until the round's evictions are done; a run that compacts moves next
+    const size_t next = logical_count(cursor_);
+    const bool evicting = next < logical_.size() && event(logical_[next]).kind == EventKind::SlotEvicted;
+    return round + (evicting ? ": evicting" : ": evicted");
+  }
   if (cursor_ == 0) return "start";
   if (cursor_ == size()) return "end";
   if (event(cursor_ - 1).kind == EventKind::RoundEnd) return "round " + std::to_string(counters_.rounds) + " done";

@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cache/occupancy.h"
@@ -72,7 +73,8 @@ class Timeline {
   size_t logical_count(size_t cursor) const;   // logical events among the first `cursor`
   size_t cursor_for_logical(size_t n) const;   // just before the (n+1)-th logical event
   size_t logical_size() const { return logical_.size(); }
-  // Whether `other` has the same logical events: kind, sequence and position, one by one.
+  // Whether `other` has the same logical events: kind, sequence and position, one
+  // by one, except that the tokens of one run of evictions may come in any order.
   bool same_logical_events(const Timeline& other) const;
   // Tokens written (SlotWritten events): among the first `cursor`, in the whole run,
   // and the cursor just before the (n+1)-th of them (size() when there is none).
@@ -95,7 +97,7 @@ class Timeline {
   // The round the cursor is in (1-based), 0 before the first; and what it is doing.
   int round_number() const { return counters_.rounds + (in_round_ ? 1 : 0); }
   bool in_round() const { return in_round_; }
-  std::string phase() const;  // "writing tokens", "round 3: evicting", "round 3: compacting", ...
+  std::string phase() const;  // "writing tokens", "round 3: evicting", "round 3: evicted", "round 3: compacting", ...
 
   // Whether the slot has held a token since its block was allocated: an empty
   // slot that has is a hole (evicted, or moved away); one that has not is room
@@ -117,6 +119,7 @@ class Timeline {
   };
   void apply(const Event& e);
   void build_index();
+  std::vector<std::tuple<EventKind, int32_t, int64_t>> logical_keys() const;
 
   std::shared_ptr<const Run> run_;
   Occupancy occ_;
