@@ -26,5 +26,27 @@ TEST(VizPalette, TheLegendNamesEverySequenceThatSharesAColour) {
   EXPECT_EQ(std::set<uint32_t>(palette::kOwner, palette::kOwner + palette::kOwnerColours).size(), 4u);
 }
 
+// A token the policy has not scored yet (written since its last round) once took
+// 85% of its owner's colour: high on the scale the legend reads as "brighter =
+// higher score". It is now greyed, off that scale, and named in the legend.
+TEST(VizPalette, ATokenNotScoredYetIsOffTheScoreScale) {
+  const auto squared_distance = [](uint32_t a, uint32_t b) {
+    int d = 0;
+    for (int shift : {0, 8, 16}) {
+      const int x = int((a >> shift) & 0xFF) - int((b >> shift) & 0xFF);
+      d += x * x;
+    }
+    return d;
+  };
+  for (int seq = 0; seq < palette::kOwnerColours; ++seq) {
+    EXPECT_EQ(palette::token(seq, std::nullopt, true), palette::unscored(seq));
+    EXPECT_EQ(palette::token(seq, std::nullopt, false), palette::live(seq, 0, false));  // a run without scores
+    EXPECT_EQ(palette::token(seq, 0.5f, true), palette::live(seq, 0.5f, true));
+    for (int i = 0; i <= 7; ++i)  // farther from every shade than --verify's tolerance (12 a channel)
+      EXPECT_GT(squared_distance(palette::unscored(seq), palette::live(seq, float(i) / 7, true)), 3 * 12 * 12)
+          << "seq " << seq << ", shade " << i;
+  }
+}
+
 }  // namespace
 }  // namespace kvscope::viz

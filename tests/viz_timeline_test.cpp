@@ -441,10 +441,10 @@ TEST(VizScenarios, TheReadmeCaptionsTheScreenshotsWithTheirScenariosNumbers) {
   const Recording model = record(h2o, {bundled_model_dir(), ""});
   ASSERT_EQ(model.settings.source, Source::Model) << model.note;
   const Counters model_holes = ends(model, 0), model_compact = ends(model, 1);
-  quoted("![h2o-model: the bundled model generates " + std::to_string(h2o.tokens) + " tokens; H2O keeps " +
+  quoted("![h2o-model: the bundled model reads its prompt and generates " + std::to_string(h2o.tokens) + " tokens; H2O keeps " +
          std::to_string(h2o.budget) + "; holes only frees " + percent(model_holes.blocks_freed_fraction()) +
          " of the blocks, compaction " + percent(model_compact.blocks_freed_fraction()) + "]");
-  quoted("model writes " + std::to_string(h2o.tokens) + " tokens while H2O keeps " + std::to_string(h2o.budget) +
+  quoted("model reads its prompt and generates " + std::to_string(h2o.tokens) + " tokens while H2O keeps " + std::to_string(h2o.budget) +
          " (+" + std::to_string(h2o.slack) + " slack). Left, holes only: " + std::to_string(model_holes.blocks_in_use) +
          " of " + std::to_string(model_holes.full_cache_blocks) + " blocks still held. Right, compaction: " +
          std::to_string(model_compact.blocks_in_use) + ".*");

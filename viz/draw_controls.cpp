@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "app.h"
 #include "palette.h"
@@ -166,15 +167,17 @@ void settings(App& app) {
 }
 
 // One row of the counters table: a label with its definition, a value per view.
+// One counter, a column per view; with `only`, "-" in the views of other strategies.
 void row(const Session& s, const char* label, const char* definition,
-         const std::function<std::string(const Counters&)>& value) {
+         const std::function<std::string(const Counters&)>& value, std::optional<MemoryStrategy> only = {}) {
   ImGui::TableNextRow();
   ImGui::TableNextColumn();
   ImGui::TextUnformatted(label);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n(viz/counters.h)", definition);
   for (int v = 0; v < s.views(); ++v) {
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(value(s.view(v).counters()).c_str());
+    const bool shown = !only || s.view(v).run().header.strategy == *only;
+    ImGui::TextUnformatted(shown ? value(s.view(v).counters()).c_str() : "-");
   }
 }
 
@@ -207,8 +210,10 @@ void counters(App& app) {
         "when every request is released",
         [](C c) { return percent(c.mean_freed_fraction()); });
   if (s.view(0).run().random_one_shot())
-    row(s, "law: (evicted)^B", "the chance that all block_size tokens of a block were evicted at random",
-        [](C c) { return percent(c.expected_freed_fraction()); });
+    row(s, "law: (evicted)^B",
+        "the chance that all block_size tokens of a block were evicted at random: what holes only frees "
+        "(compaction frees more)",
+        [](C c) { return percent(c.expected_freed_fraction()); }, MemoryStrategy::HolesOnly);
   row(s, "memory in use", "blocks in use x block size x K/V bytes per token", [](C c) { return bytes(double(c.memory_in_use())); });
   row(s, "reclaimed", "(full-cache blocks - blocks in use) x block size x bytes per token",
       [](C c) { return bytes(double(c.bytes_reclaimed())); });
@@ -275,7 +280,10 @@ void swatch(const char* label, uint32_t colour, bool outline = false) {
 void draw_legend(App& app) {
   const Session& s = *app.session;
   swatch("free block", palette::kFree);
-  const int owners = std::max(1, int(s.primary_view().final_lengths().size()));
+  // Sequences of every view: served under holes only, a preempted request comes back
+  // as a new sequence, so that view can have more than the primary.
+  int owners = 1;
+  for (int v = 0; v < s.views(); ++v) owners = std::max(owners, int(s.view(v).final_lengths().size()));
   if (owners == 1) {
     swatch(s.primary_view().run().has_scores() ? "live token (brighter = higher score)" : "live token", palette::live(0, 0, false));
   } else {
@@ -296,6 +304,7 @@ void draw_legend(App& app) {
     ImGui::SameLine(0, 2);
     ImGui::TextUnformatted("score low \xe2\x86\x92 high");
     ImGui::SameLine(0, 18);
+    swatch("not scored yet", palette::unscored(0));
   }
   swatch("hole (emptied, block still held)", palette::kHole);
   swatch("not written yet", palette::kRoom);

@@ -94,6 +94,14 @@ std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t wa
   return out;
 }
 
+// Spaces that do not break (U+00A0): ImGui wraps a line only at ' ', so "moved 230 MB"
+// stays whole.
+std::string nowrap(std::string text) {
+  std::string out;
+  for (char ch : text) out += ch == ' ' ? std::string("\xc2\xa0") : std::string(1, ch);
+  return out;
+}
+
 // Two lines of numbers, wrapped at `width` so that a narrow window does not push the
 // next view off the screen.
 void header(const Timeline& t, const Session& s, int view, float width) {
@@ -105,16 +113,18 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::SameLine();
   // Freed is of the full cache's blocks (the same sequences with no eviction), not of
   // the pool's: the two differ while sequences are still growing, or when they share it.
-  ImGui::Text(" %s blocks in use  |  %s of the full cache's %s freed  |  %s", commas(c.blocks_in_use).c_str(),
-              percent(c.blocks_freed_fraction()).c_str(), commas(c.full_cache_blocks).c_str(),
-              bytes(double(c.memory_in_use())).c_str());
+  const std::string in_use = nowrap(commas(c.blocks_in_use) + " blocks in use (" + bytes(double(c.memory_in_use())) + ")");
+  if (c.all_released())
+    ImGui::Text(" %s  |  every sequence released", in_use.c_str());
+  else
+    ImGui::Text(" %s  |  %s of the full cache's %s freed", in_use.c_str(), percent(c.blocks_freed_fraction()).c_str(),
+                commas(c.full_cache_blocks).c_str());
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const std::string phase = s.phase(view);
+  const std::string moved = c.moved ? "moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + (c.moved == 1 ? " slot)" : " slots)")
+                                    : "no bytes moved";
   ImGui::Text("%s  |  a pool of %s blocks of %s  |  %s", phase.c_str(), commas(t.occupancy().num_blocks()).c_str(),
-              plural(t.occupancy().block_size(), "slot").c_str(),
-              c.moved ? ("moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) +
-                         (c.moved == 1 ? " slot)" : " slots)")).c_str()
-                      : "no bytes moved");
+              plural(t.occupancy().block_size(), "slot").c_str(), nowrap(moved).c_str());
   ImGui::PopStyleColor();
   ImGui::PopTextWrapPos();
 }
@@ -163,7 +173,7 @@ uint32_t slot_colour(const Timeline& t, const ScoresAt& scores, const std::vecto
   if (!leaving.empty() && leaving[size_t(b) * size_t(occ.block_size()) + size_t(j)]) return palette::kHole;
   if (pos == kEmpty) return t.used(b, j) ? palette::kHole : palette::kRoom;
   const auto sc = scores(owner, pos);
-  return palette::live(owner, sc ? scores.shade(*sc) : 0, sc.has_value());
+  return palette::token(owner, sc ? std::optional(scores.shade(*sc)) : std::nullopt, scores.known());
 }
 
 // Every block: free, or its slots in runs of equal colour (one rectangle a run);

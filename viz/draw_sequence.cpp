@@ -30,7 +30,7 @@ uint32_t colour_of(State st, int seq, int64_t pos, const ScoresAt& scores) {
     case State::Evicted: return palette::kSeqEvicted;
     case State::Live: {
       const auto sc = scores(seq, pos);
-      return palette::live(seq, sc ? scores.shade(*sc) : 0, sc.has_value());
+      return palette::token(seq, sc ? std::optional(scores.shade(*sc)) : std::nullopt, scores.known());
     }
   }
   return 0;

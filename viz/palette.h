@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cache/kv_cache.h"
@@ -78,11 +79,21 @@ inline uint32_t mix(uint32_t a, uint32_t b, float t) {
 inline uint32_t alpha(uint32_t c, float a) { return (c & 0x00FFFFFFu) | uint32_t(a * 255.0f + 0.5f) << 24; }
 
 // A live slot: its owner's colour, from 45% (lowest score) to 100% (highest);
-// 85% when the score is unknown. Shades are quantised to 8 levels.
+// 85% in a run without scores. Shades are quantised to 8 levels.
 inline uint32_t live(int seq, float score01, bool known) {
   if (!known) return shade(owner(seq), 0.85f);
   const float q = float(int(score01 * 7.0f + 0.5f)) / 7.0f;
   return shade(owner(seq), 0.45f + 0.55f * q);
+}
+// A live token not scored yet in a run that has scores (written since the policy's
+// last round): its owner's colour greyed, off the scale, so it does not read as a
+// high score.
+inline uint32_t unscored(int seq) { return mix(owner(seq), rgb(150, 150, 150), 0.6f); }
+// A live token as the pool and the sequence draw it: by its score's shade (0 .. 1)
+// when it has one; greyed when the run scores tokens but not yet this one.
+inline uint32_t token(int seq, std::optional<float> shade01, bool run_has_scores) {
+  if (shade01) return live(seq, *shade01, true);
+  return run_has_scores ? unscored(seq) : live(seq, 0, false);
 }
 
 }  // namespace kvscope::viz::palette

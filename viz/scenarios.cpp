@@ -94,7 +94,8 @@ std::vector<Scenario> make_scenarios() {
     v.push_back(s);
   }
   v.push_back({"h2o-model",
-               "The model generates 256 tokens; H2O keeps 64 (+32 slack) by accumulated attention; holes vs compaction",
+               "The model reads its prompt and generates 256 tokens; H2O keeps 64 (+32 slack) by accumulated "
+               "attention; holes vs compaction",
                model_run("h2o"), 600});
   {
     Scenario s{"serve-model",
@@ -106,8 +107,8 @@ std::vector<Scenario> make_scenarios() {
     v.push_back(s);
   }
   v.push_back({"triattention-model",
-               "The model generates 256 tokens; TriAttention keeps 64 by its pre-RoPE key scores (needs a calibration "
-               "file); holes vs compaction",
+               "The model reads its prompt and generates 256 tokens; TriAttention keeps 64 by its pre-RoPE key "
+               "scores (needs a calibration file); holes vs compaction",
                model_run("triattention"), 600});
   return v;
 }

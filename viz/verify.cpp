@@ -34,6 +34,7 @@ Class classify(const uint8_t* p) {
   consider(palette::kRoom, kRoomSlot);
   for (int seq = 0; seq < palette::kOwnerColours; ++seq) {
     consider(palette::live(seq, 0, false), kLiveSlot);
+    consider(palette::unscored(seq), kLiveSlot);
     for (int i = 0; i <= 7; ++i) consider(palette::live(seq, float(i) / 7, true), kLiveSlot);
   }
   return best <= 3 * 12 * 12 ? out : kUnknown;
