@@ -543,13 +543,20 @@ TEST(BadInput, BenchmarksTooBigForTheMachineAreRefusedBeforeTheTable) {
 
 // More threads than the machine has runs (the user may mean it), with a word on
 // stderr: --threads 100000 once decoded the bundled model at 14 tokens/s, not 4,000, silently.
+// Over 1,024 is refused: a team of 100,000 crashed inside libgomp (serve-bench, heads,
+// bench decode: SIGSEGV).
 TEST(BadInput, MoreThreadsThanTheMachineHasIsAWarning) {
-  const ProgramRun r = run_kvscope(kTiny + "--prompt hi -n 2 --threads 100000");
+  const std::string over = std::to_string(sysconf(_SC_NPROCESSORS_CONF) + 1);
+  const ProgramRun r = run_kvscope(kTiny + "--prompt hi -n 2 --threads " + over);
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.err.rfind("kvscope: warning: --threads 100000 is more than the ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("kvscope: warning: --threads " + over + " is more than the ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(" hardware threads here: the extra threads take turns and slow the run\n"), std::string::npos)
       << r.err;
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 1").err.find("warning"), std::string::npos);
+  expect_one_line_error(kTiny + "--prompt hi -n 2 --threads 100000",
+                        "--threads 100000 is more than 1024, the most kvscope starts (there are ");
+  expect_one_line_error("heads --length 64 --windows 1 --threads 1025", "--threads 1025 is more than 1024");
+  expect_one_line_error("bench decode --threads 1,2147483647", "--threads 2147483647 is more than 1024");
 }
 
 // bench decode measures a list of thread counts: the same warning for the largest. And
@@ -570,6 +577,33 @@ TEST(BadInput, BenchDecodeWarnsOfTooManyThreadsAndAProbeTheCacheHolds) {
   const ProgramRun one = run_kvscope(bench + "--threads 1");
   EXPECT_EQ(one.code, 0) << one.err;
   EXPECT_EQ(one.err.find("--threads"), std::string::npos) << one.err;
+}
+
+// An output that names a file the run reads, or that another output names, is refused
+// before anything is written: serve-bench --json F --trace F kept only the trace, and
+// generate --trace over the model's safetensors destroyed the checkpoint.
+TEST(BadInput, AnOutputThatWouldDestroyAFileIsRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(testing::TempDir()) / "kvscope-outputs-apart";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy(test::tiny_model("tiny-tied"), dir / "model");  // a copy: a failing check must not destroy the fixture
+  const std::string model = (dir / "model").string(), weights = model + "/model.safetensors";
+  const auto size = fs::file_size(weights);
+  expect_one_line_error("generate --model '" + model + "' --prompt hi -n 2 --trace '" + weights + "'",
+                        "--trace " + weights + " is the model's model.safetensors, which this run reads");
+  EXPECT_EQ(fs::file_size(weights), size);
+  const std::string same = (dir / "same.out").string();
+  expect_one_line_error("serve-bench --model '" + model + "' --requests 2 --prompt-len 8 --output-len 4 --json '" +
+                            same + "' --trace '" + dir.string() + "/./same.out'",
+                        "--json and --trace both name " + same + ": each output needs a file of its own");
+  EXPECT_FALSE(fs::exists(same));
+  const std::string text = (dir / "text.txt").string();
+  std::ofstream(text) << "some text to calibrate on\n";
+  expect_one_line_error("calibrate --model '" + model + "' --text '" + text + "' --out '" + text + "'",
+                        "--out " + text + " is --text, which this run reads");
+  EXPECT_EQ(read_file(text), "some text to calibrate on\n");
+  fs::remove_all(dir);
 }
 
 // Eviction asked for, in a run too short for its first round: said before the text

@@ -121,7 +121,7 @@ void print_decode_table(const std::vector<Row>& rows, int prompt_tokens, double 
 
 void run_bench(const BenchArgs& a) {
   check_distinct(a.threads, "--threads");
-  warn_if_more_than_cores(*std::max_element(a.threads.begin(), a.threads.end()));
+  check_threads(*std::max_element(a.threads.begin(), a.threads.end()));
   check_distinct(a.weights, "--weights");
   const ModelConfig config = load_config_file(a.config);
   const int decode_context = 16;  // decode starts after a short prompt (below)

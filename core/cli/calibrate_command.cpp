@@ -70,6 +70,7 @@ void print_concentration(const TriCalibration& cal) {
 
 void run_calibrate(const CalibrateArgs& a) {
   set_threads(a.threads);
+  check_outputs_apart({{"--out", a.out}}, {{"--text", a.text}}, a.model_dir);
   check_writable(a.out);  // before the long run, not after it
 
   const std::string text = read_text_file(a.text);  // names the file if missing or not text

@@ -66,8 +66,19 @@ std::string fewer_windows_note(int asked, int found);
 
 // --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
 void set_threads(int threads);
-// A warning on stderr when `threads` is more than this machine's hardware threads.
-void warn_if_more_than_cores(int threads);
+// kvscope::Error when `threads` is over kMaxThreads; a warning on stderr when it is
+// more than this machine's hardware threads (the extra ones take turns).
+constexpr int kMaxThreads = 1024;
+void check_threads(int threads);
+
+// Outputs that would destroy a file: two outputs naming one file (--json and --trace:
+// the second write erased the first), or an output naming a file the run reads (a
+// --trace over the model's safetensors). `outputs` and `inputs` are (flag or name,
+// path); empty paths are skipped; `model_dir`'s config, tokenizer, generation config
+// and safetensors count as inputs. kvscope::Error, before anything is written.
+using NamedPath = std::pair<std::string, std::string>;
+void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
+                         const std::string& model_dir = "");
 
 // A path as output shows it: relative to the working directory when inside it
 // (so the bundled model's files print the same on every checkout).

@@ -61,6 +61,8 @@ void run_eval(EvalArgs a) {
   check_distinct(a.settings.keep, "--keep");
   check_distinct(a.settings.policies, "--policies");
   set_threads(a.threads);
+  check_outputs_apart({{"--json", a.json}},
+                      {{"--text", held_out_text(a.text, a.model_dir)}, {"--calibration", a.calibration}}, a.model_dir);
   if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it
   const std::vector<std::string>& policies = a.settings.policies;
   if (!a.calibration.empty() && std::find(policies.begin(), policies.end(), "triattention") == policies.end())

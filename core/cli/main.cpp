@@ -60,8 +60,12 @@ std::string fewer_windows_note(int asked, int found) {
          " of the text " + (found == 1 ? "is" : "are") + " long enough)";
 }
 
-void warn_if_more_than_cores(int threads) {
+void check_threads(int threads) {
   const int cores = omp_get_num_procs();  // hardware threads this process may use
+  // A team of 100,000 crashed inside libgomp (SIGSEGV creating it); 1,024 runs, slowly.
+  if (threads > kMaxThreads)
+    throw Error("--threads " + std::to_string(threads) + " is more than " + std::to_string(kMaxThreads) +
+                ", the most kvscope starts (there are " + std::to_string(cores) + " hardware threads here)");
   if (threads > cores)
     print_warnings({"--threads " + std::to_string(threads) + " is more than the " + std::to_string(cores) +
                     " hardware threads here: the extra threads take turns and slow the run"});
@@ -70,8 +74,42 @@ void warn_if_more_than_cores(int threads) {
 void set_threads(int threads) {
   if (threads < 0) throw Error("--threads must be 0 or more, not " + std::to_string(threads));
   if (threads == 0) return;
-  warn_if_more_than_cores(threads);
+  check_threads(threads);
   omp_set_num_threads(threads);
+}
+
+namespace {
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+}  // namespace
+
+void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
+                         const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!model_dir.empty())
+    for (const fs::directory_entry& e : fs::directory_iterator(model_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name == "config.json" || name == "tokenizer.json" || name == "generation_config.json" ||
+          e.path().extension() == ".safetensors")
+        inputs.emplace_back("the model's " + name, e.path().string());
+    }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [flag, path] = outputs[i];
+    if (path.empty()) continue;
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[j].second.empty() && same_file(path, outputs[j].second))
+        throw Error(flag + " and " + outputs[j].first + " both name " + path + ": each output needs a file of its own");
+    for (const auto& [name, input] : inputs)
+      if (!input.empty() && same_file(path, input))
+        throw Error(flag + " " + path + " is " + name + ", which this run reads: writing it would destroy it");
+  }
 }
 
 std::string shown_path(const std::string& path) {
