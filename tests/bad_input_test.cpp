@@ -198,6 +198,10 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
                         "model's max_position_embeddings (2048): lower --context");
   // Its bytes did not fit a size_t: "a KV memory budget of 0 bytes".
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory: must be 1000000000 or less, not 1e300");
+  // Under the smallest double: strtod read 0, and the run went on with a whole-sequence
+  // pool (0.001 is refused as less than a block); --temperature 1e-400 decoded greedily.
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e-400", "--kv-memory: 1e-400 is too close to 0 to be told from it");
+  expect_one_line_error(kTiny + "--prompt hi --temperature 1e-320", "--temperature: 1e-320 is too close to 0");
   // prompt + new overflowed an int, and a pool of 134 million blocks was allocated.
   expect_one_line_error(kTiny + "--prompt hi -n 2147483647",
                         "generate: 2 prompt + 2147483647 new tokens need 2147483648 positions (the last new token "

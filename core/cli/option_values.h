@@ -33,8 +33,12 @@ inline std::string number_value_problem(const std::string& text, bool whole) {
     return "";
   }
   char* end = nullptr;
+  errno = 0;
   const double x = std::strtod(text.c_str(), &end);
   if (*end != '\0' || !std::isfinite(x)) return "expects a number, not " + text;
+  // Under the smallest double, strtod gives 0 or a denormal and ERANGE: --kv-memory
+  // 1e-400 ran as 0 (a whole-sequence pool), --temperature 1e-400 as greedy.
+  if (errno == ERANGE) return text + " is too close to 0 to be told from it";
   return "";
 }
 
