@@ -378,6 +378,30 @@ TEST(Config, FieldsLeftOutTakeHuggingFacesDefaults) {
   EXPECT_EQ(parse_config(c.dump(), "x/config.json").head_dim, 128);
 }
 
+// A field of the wrong type is named: it was "bad field: [json.exception.type_error.302]
+// type must be string, but is number". And rms_norm_eps 1e300, a double, became
+// infinity as a float and was accepted (generate then printed control bytes).
+TEST(Config, AFieldOfTheWrongTypeOrSizeIsNamed) {
+  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  const auto expect_error = [&](const char* key, const json& value, const std::string& part) {
+    json c = base;
+    c[key] = value;
+    try {
+      parse_config(c.dump(), "x/config.json");
+      ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error("model_type", 5, "x/config.json: model_type must be a string, got 5");
+  expect_error("rope_theta", "big", "rope_theta must be a number, got \"big\"");
+  expect_error("rms_norm_eps", true, "rms_norm_eps must be a number, got true");
+  expect_error("tie_word_embeddings", "yes", "tie_word_embeddings must be true or false, got \"yes\"");
+  expect_error("torch_dtype", 16, "torch_dtype must be a string, got 16");
+  expect_error("hidden_act", json::array({"silu"}), "hidden_act must be a string, got [\"silu\"]");
+  expect_error("rms_norm_eps", 1e300, "rms_norm_eps and rope_theta must be finite (a float holds rms_norm_eps)");
+}
+
 // Each field may be up to 2^30, but not their products: 2^30 layers of head_dim
 // 2^30 once made `kvscope memory` divide by a K/V size that had wrapped to 0
 // (SIGFPE), and printed a negative byte count for others.

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <system_error>
@@ -80,6 +81,19 @@ void require_off(const json& j, const char* key, const std::string& source) {
   throw file_error(source, std::string("\"") + key + "\" = " + j[key].dump() + " is not supported by kvscope");
 }
 
+// j[key] as T when present, else `fallback`; a value of another type is an error that
+// names the field ("rope_theta must be a number, got \"big\""), not nlohmann's
+// "[json.exception.type_error.302] type must be number, but is string".
+template <typename T>
+T optional_field(const json& j, const char* key, T fallback, const char* kind, const std::string& source) {
+  if (!j.contains(key)) return fallback;
+  try {
+    return j[key].get<T>();
+  } catch (const json::type_error&) {
+    throw file_error(source, std::string(key) + " must be " + kind + ", got " + j[key].dump());
+  }
+}
+
 }  // namespace
 
 static ModelConfig parse_config_object(const std::string& json_text, const std::string& source) {
@@ -89,7 +103,7 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
 
   // Architecture: model_type "qwen3", as Hugging Face decides it; without a model_type,
   // an architectures list that names Qwen3ForCausalLM.
-  std::string model_type = j.value("model_type", "");
+  const std::string model_type = optional_field<std::string>(j, "model_type", "", "a string", source);
   bool qwen3_arch = false;
   if (j.contains("architectures") && j["architectures"].is_array())
     for (const json& a : j["architectures"]) qwen3_arch |= (a == "Qwen3ForCausalLM");
@@ -112,10 +126,11 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   c.head_dim = j.contains("head_dim") ? positive_int(j, "head_dim", source) : 128;
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.max_position_embeddings = j.contains("max_position_embeddings") ? positive_int(j, "max_position_embeddings", source) : 32768;
-  if (j.contains("rms_norm_eps")) c.rms_norm_eps = j["rms_norm_eps"].get<float>();
-  if (j.contains("rope_theta")) c.rope_theta = j["rope_theta"].get<double>();
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-  c.torch_dtype = j.value("torch_dtype", "");  // optional: only a hint checked against the tensors
+  const double eps = optional_field<double>(j, "rms_norm_eps", c.rms_norm_eps, "a number", source);
+  c.rms_norm_eps = float(eps);  // 1e300 is a double, and infinity as a float: refused below
+  c.rope_theta = optional_field<double>(j, "rope_theta", c.rope_theta, "a number", source);
+  c.tie_word_embeddings = optional_field<bool>(j, "tie_word_embeddings", false, "true or false", source);
+  c.torch_dtype = optional_field<std::string>(j, "torch_dtype", "", "a string", source);  // a hint checked against the tensors
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
     if (!is_token_id(j["bos_token_id"]))
       throw file_error(source, "bos_token_id must be a token id (an integer from 0 to 2147483647) or null, got " +
@@ -130,7 +145,11 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   check_sizes(c, source);
   if (c.head_dim % 2 != 0) throw file_error(source, "head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) throw file_error(source, "rms_norm_eps and rope_theta must be positive");
-  if (j.value("hidden_act", "silu") != "silu") throw file_error(source, "hidden_act must be \"silu\"");
+  if (!std::isfinite(c.rms_norm_eps) || !std::isfinite(c.rope_theta))
+    throw file_error(source, "rms_norm_eps and rope_theta must be finite (a float holds rms_norm_eps), got " +
+                                 j.value("rms_norm_eps", json()).dump() + " and " + j.value("rope_theta", json()).dump());
+  if (optional_field<std::string>(j, "hidden_act", "silu", "a string", source) != "silu")
+    throw file_error(source, "hidden_act must be \"silu\"");
   require_off(j, "attention_bias", source);
   require_off(j, "rope_scaling", source);
   require_off(j, "use_sliding_window", source);
