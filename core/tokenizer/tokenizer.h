@@ -9,6 +9,10 @@
 //   5. BPE: repeatedly merge the adjacent pair with the lowest merge rank.
 // decode(ids) concatenates each token's raw bytes.
 //
+// Steps 2 and 3 use Debian's utf8proc and PCRE2, whose Unicode tables (15 and 14)
+// are older than Hugging Face's: characters added since can split differently
+// (the README's "tokenizer against the reference encoder" says which).
+//
 // with_special_tokens(ids) then wraps the ids as the post-processor's template
 // says (Hugging Face's add_special_tokens=True). Qwen3's and the bundled model's
 // add nothing; Llama 3's, for example, puts its BOS first.
