@@ -38,10 +38,13 @@ TEST(VizPalette, ATokenNotScoredYetIsOffTheScoreScale) {
     }
     return d;
   };
+  // The same colour computed in two places may differ by one in a channel: a
+  // compiler may fuse x * k + 0.5 into one rounding in one place and not the other
+  // (the sanitizer build did).
   for (int seq = 0; seq < palette::kOwnerColours; ++seq) {
-    EXPECT_EQ(palette::token(seq, std::nullopt, true), palette::unscored(seq));
-    EXPECT_EQ(palette::token(seq, std::nullopt, false), palette::live(seq, 0, false));  // a run without scores
-    EXPECT_EQ(palette::token(seq, 0.5f, true), palette::live(seq, 0.5f, true));
+    EXPECT_LE(squared_distance(palette::token(seq, std::nullopt, true), palette::unscored(seq)), 3);
+    EXPECT_LE(squared_distance(palette::token(seq, std::nullopt, false), palette::live(seq, 0, false)), 3);  // no scores
+    EXPECT_LE(squared_distance(palette::token(seq, 0.5f, true), palette::live(seq, 0.5f, true)), 3);
     for (int i = 0; i <= 7; ++i)  // farther from every shade than --verify's tolerance (12 a channel)
       EXPECT_GT(squared_distance(palette::unscored(seq), palette::live(seq, float(i) / 7, true)), 3 * 12 * 12)
           << "seq " << seq << ", shade " << i;

@@ -109,6 +109,7 @@ class App {
   std::string error;      // the last recording's failure, shown until the next one
   Hover hover, hovered;   // this frame's, the last frame's
   PoolGeometry pools[2];
+  float header_heights[2] = {0, 0};  // each pool's header, last frame: both pools start level
   Unit step_unit = Unit::Event;
   ImFont* title_font = nullptr;
 

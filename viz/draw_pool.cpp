@@ -280,6 +280,12 @@ void draw_pool(App& app, int view, ImVec2 size) {
   ImGui::BeginGroup();
   const float top = ImGui::GetCursorScreenPos().y;
   header(t, s, view, size.x);
+  // A header that wrapped onto a third line would put this pool lower than the other:
+  // pad to the taller header of the last frame.
+  app.header_heights[view] = ImGui::GetCursorScreenPos().y - top;
+  const float tallest = std::max(app.header_heights[0], s.views() > 1 ? app.header_heights[1] : 0.0f);
+  const float pad = tallest - app.header_heights[view] - ImGui::GetStyle().ItemSpacing.y;  // a Dummy adds the spacing
+  if (pad > 0) ImGui::Dummy({1, pad});
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(20.0f, size.y - (origin.y - top))};
   const PoolGeometry g = layout_pool(occ.num_blocks(), occ.block_size(), origin, area);
