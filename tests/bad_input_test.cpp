@@ -144,6 +144,8 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   // Once CLI11's "Value 300 not in range 1 to 256".
   expect_one_line_error("bench compaction --block-sizes 16,300", "--block-sizes: must be 256 or less, not 300 (");
   expect_one_line_error("bench gpu-compaction --block-size 0", "--block-size: must be 1 or more, not 0 (");
+  // --help said INT:NONNEGATIVE, and 0 was then refused by every evicting strategy.
+  expect_one_line_error("serve-bench --budget 0", "--budget: must be above 0, not 0 (");
   expect_one_line_error("bench gpu-decode --sequences 2000", "--sequences: must be 1024 or less, not 2000 (");
   expect_one_line_error("bench compaction --tokens inf", "--tokens: expects a whole number, not inf");
   // A value left out: the parser would take the next option as the value.
@@ -536,6 +538,18 @@ TEST(BadInput, BenchmarksTooBigForTheMachineAreRefusedBeforeTheTable) {
   expect_one_line_error("bench decode --prompt-tokens 40961",
                         "bench decode: 40961 tokens (--prompt-tokens, or 16 + --decode-tokens) exceed the model's "
                         "max_position_embeddings (40960)");
+  // A shape whose random weights do not fit: it measured the bandwidth and printed its
+  // lines, then "out of memory" from inside. Qwen3-32B with 100 times the layers: 33 TB.
+  std::string config = read_file(std::string(KVSCOPE_SOURCE_DIR) + "/assets/configs/qwen3-32b-config.json");
+  const size_t layers = config.find("\"num_hidden_layers\": 64");
+  ASSERT_NE(layers, std::string::npos);
+  config.replace(layers, 23, "\"num_hidden_layers\": 6400");
+  const std::string huge = testing::TempDir() + "huge-config.json";
+  std::ofstream(huge) << config;
+  const ProgramRun r = run_kvscope("bench decode --weights bf16 --config " + huge);
+  EXPECT_EQ(r.out, "") << "the table was begun";
+  expect_one_line_error("bench decode --weights bf16 --config " + huge,
+                        "not enough memory for random bf16 weights of 3122185180160 parameters: ");
   expect_one_line_error("bench decode --decode-tokens 40945", "bench decode: 40961 tokens");
   // 16 + INT_MAX overflowed: it measured the bandwidth, then "block pool: needs at least one block, got -134217726".
   expect_one_line_error("bench decode --decode-tokens 2147483647", "bench decode: 2147483663 tokens");
@@ -607,6 +621,27 @@ TEST(BadInput, AnOutputThatWouldDestroyAFileIsRefused) {
   expect_one_line_error("calibrate --model '" + model + "' --text '" + text + "' --out '" + text + "'",
                         "--out " + text + " is --text, which this run reads");
   EXPECT_EQ(read_file(text), "some text to calibrate on\n");
+  fs::remove_all(dir);
+}
+
+// A model folder's heldout.txt or generation_config.json that is a directory was
+// passed over as if absent (eval ran on the bundled model's text, saying so only in
+// its header); a device has no end to read to (memory --config /dev/zero grew without
+// bound). Both are refused, naming the path.
+TEST(BadInput, AFileThatIsADirectoryOrADeviceIsRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(testing::TempDir()) / "kvscope-not-files";
+  fs::remove_all(dir);
+  fs::copy(test::tiny_model("tiny-tied"), dir);
+  fs::create_directory(dir / "heldout.txt");
+  expect_one_line_error("eval --model '" + dir.string() +
+                            "' --policies h2o --windows 1 --context 128 --continuation 4 --keep 0.5",
+                        (dir / "heldout.txt").string() + ": is a directory, not a file");
+  fs::remove(dir / "generation_config.json");
+  fs::create_directory(dir / "generation_config.json");
+  expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi -n 1",
+                        (dir / "generation_config.json").string() + ": is a directory, not a file");
+  expect_one_line_error("memory --config /dev/zero", "/dev/zero: not a regular file");
   fs::remove_all(dir);
 }
 

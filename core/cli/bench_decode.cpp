@@ -126,6 +126,7 @@ void run_bench(const BenchArgs& a) {
   const ModelConfig config = load_config_file(a.config);
   const int decode_context = 16;  // decode starts after a short prompt (below)
   check_bench_args(a, config, decode_context);
+  for (const std::string& w : a.weights) check_random_model_fits(config, w == "f32" ? DType::F32 : DType::BF16);
 
   std::printf("kvscope bench: %s (%s parameters), random weights\n", shown_path(a.config).c_str(),
               params_text(config.parameter_count()).c_str());

@@ -46,13 +46,15 @@ void check_model_present(const std::string& model_dir) {
 std::string held_out_text(const std::string& text, const std::string& model_dir) {
   if (!text.empty()) return text;
   const std::string folder_text = model_dir + "/heldout.txt";
-  return file_exists(folder_text) ? folder_text : bundled_model_dir() + "/heldout.txt";
+  // Anything by that name is the model's (a directory is then refused as one), not
+  // silently passed over for the bundled model's text.
+  return path_exists(folder_text) ? folder_text : bundled_model_dir() + "/heldout.txt";
 }
 
 std::string calibration_file(const std::string& calibration, const std::string& model_dir) {
   if (!calibration.empty()) return calibration;
   const std::string folder_calibration = model_dir + "/triattention-calibration.json";
-  return file_exists(folder_calibration) ? folder_calibration : "";
+  return path_exists(folder_calibration) ? folder_calibration : "";
 }
 
 std::string fewer_windows_note(int asked, int found) {

@@ -434,7 +434,7 @@ void add_serve_bench_command(CLI::App& app) {
                             ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
   CLI::Option* budget = cmd->add_option("--budget", a.budget, "Tokens kept per sequence after each eviction round")
                              ->capture_default_str()
-                             ->check(kNonNegative);
+                             ->check(kPositive);  // 0 evicts nothing: the "none" strategy's row
   CLI::Option* slack = cmd->add_option("--slack", a.slack, "A round starts when a sequence's live tokens reach budget + slack")
                            ->capture_default_str()
                            ->check(kPositive);

@@ -191,7 +191,7 @@ ModelConfig load_config(const std::string& model_dir) {
   check_model_folder(model_dir);
   ModelConfig c = load_config_file(model_dir + "/config.json");
   std::string gen = model_dir + "/generation_config.json";
-  if (file_exists(gen)) {
+  if (path_exists(gen)) {  // a directory by that name is refused when read, not passed over
     json g = json::parse(read_file(gen), nullptr, false);
     if (g.is_discarded() || !g.is_object()) throw file_error(gen, "not valid JSON");
     add_eos_ids(g, c.eos_token_ids, gen);

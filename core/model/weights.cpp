@@ -7,8 +7,10 @@
 #include <sstream>
 
 #include "model/bf16.h"
+#include "model/memory.h"
 #include "util/error.h"
 #include "util/format.h"
+#include "util/memory_check.h"
 #include "util/splitmix64.h"
 
 namespace kvscope {
@@ -228,8 +230,16 @@ Model load_model(const std::string& model_dir, WeightFormat format) {
   return m;
 }
 
-Model random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
+void check_random_model_fits(const ModelConfig& config, DType dtype) {
   if (dtype == DType::F16) throw Error("random_model: matrices are held in F32 or BF16");
+  // Every parameter at the matrices' width (the norms' few f32 vectors aside).
+  check_fits_in_memory(size_t(weight_bytes(config, dtype == DType::F32 ? 32 : 16)),
+                       "random " + std::string(dtype == DType::F32 ? "f32" : "bf16") + " weights of " +
+                           std::to_string(config.parameter_count()) + " parameters");
+}
+
+Model random_model(const ModelConfig& config, DType dtype, uint64_t seed) {
+  check_random_model_fits(config, dtype);
   Model m;
   m.config = config;
   Weights& w = m.weights;

@@ -81,5 +81,8 @@ Model load_model(const std::string& model_dir, WeightFormat format = WeightForma
 // A model with random weights (seeded), for benchmarks of real-size shapes
 // without the real checkpoint. Matrices held in `dtype` (F32 or BF16).
 Model random_model(const ModelConfig& config, DType dtype, uint64_t seed);
+// What random_model checks first: kvscope::Error when its weights would not fit in
+// memory (a 32B shape for bench decode once ran out after its bandwidth lines).
+void check_random_model_fits(const ModelConfig& config, DType dtype);
 
 }  // namespace kvscope

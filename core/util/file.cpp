@@ -31,12 +31,21 @@ void check_not_a_directory(const std::string& path) {
 
 std::string read_file(const std::string& path) {
   check_not_a_directory(path);
+  // A device or a pipe has no end to read to (kvscope memory --config /dev/zero grew
+  // without bound); every file kvscope reads is a regular one.
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw file_error(path, "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw file_error(path, std::string("cannot open: ") + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw file_error(path, "read failed");
   return ss.str();
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 bool file_exists(const std::string& path) {

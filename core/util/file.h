@@ -9,7 +9,8 @@ namespace kvscope {
 // The whole file as a string; kvscope::Error naming the file if it cannot be read.
 std::string read_file(const std::string& path);
 
-bool file_exists(const std::string& path);
+bool file_exists(const std::string& path);  // a regular file
+bool path_exists(const std::string& path);  // anything: a file, a directory, a device
 
 // The path from the root, with no "." or ".." ("tests/models/tiny" ->
 // "/work/kvscope/tests/models/tiny"): what a file written here names so that it
