@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -403,6 +405,16 @@ TEST(SelectKeep, BudgetAtLeastTheTokensKeepsThemAll) {
   EXPECT_EQ(select_keep(pos, {0, 0, 0}, EvictionSchedule{50, 1, 4, 32}), pos);
   EXPECT_EQ(complement(pos, {7}), (std::vector<int64_t>{3, 9}));
   expect_error([&] { select_keep(pos, {0, 0}, EvictionSchedule{1, 1, 0, 0}); }, "one score per position");
+}
+
+// NaN has no order, and ordering by it is undefined behaviour: a model with NaN
+// weights (loaded with a warning) reached nth_element with NaN attention sums.
+TEST(SelectKeep, ANaNScoreIsAnErrorAndInfinityAScore) {
+  const std::vector<int64_t> pos = {3, 7, 9, 12};
+  expect_error([&] { select_keep(pos, {1, NAN, 2, 0}, EvictionSchedule{2, 1, 0, 0}); },
+               "eviction: position 7 scored NaN: the model's attention is not finite");
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(select_keep(pos, {inf, 0, 1, -inf}, EvictionSchedule{2, 1, 0, 0}), (std::vector<int64_t>{3, 9}));
 }
 
 // ---- the invariant checker catches what it should ---------------------------------

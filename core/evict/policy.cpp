@@ -1,6 +1,7 @@
 #include "evict/policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -31,6 +32,13 @@ std::vector<int64_t> select_keep(const std::vector<int64_t>& pos, const std::vec
                                  const EvictionSchedule& schedule) {
   const int n = int(pos.size());
   if (int(scores.size()) != n) throw Error("select_keep: one score per position needed");
+  // The selection orders scores; NaN has no order (nth_element's comparison would not
+  // be a strict weak order, which is undefined behaviour). It comes from a model whose
+  // activations are not finite. (+inf is a score: SnapKV's window always stays.)
+  for (int i = 0; i < n; ++i)
+    if (std::isnan(scores[i]))
+      throw Error("eviction: position " + std::to_string(pos[i]) +
+                  " scored NaN: the model's attention is not finite (its weights may hold NaN or inf)");
   if (n <= schedule.budget) return pos;
 
   // Protected: the first `sinks` positions and the newest `recent` tokens.
