@@ -202,8 +202,9 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
     std::printf("one-shot: %s policy keeps %s in one round; workload %s\n", c.policy.c_str(),
                 plural(c.schedule.budget, "token").c_str(), c.workload.c_str());
   else
-    std::printf("one-shot: %s policy evicts %s of the tokens in one round; workload %s\n", c.policy.c_str(),
-                percent(c.evict_fraction).c_str(), c.workload.c_str());
+    std::printf("one-shot: %s policy evicts %s of the tokens (%s of %s) in one round; workload %s\n",
+                c.policy.c_str(), percent(c.evict_fraction).c_str(), commas(c.tokens - one_shot_keep(c)).c_str(),
+                commas(c.tokens).c_str(), c.workload.c_str());
   std::printf("protected: %s, %d recent%s\n", plural(c.schedule.sinks, "sink").c_str(), c.schedule.recent,
               !c.streaming && c.schedule.sinks + c.schedule.recent == 0 ? " (the one-shot default)" : "");
   if (a.seeds > 1)

@@ -169,12 +169,6 @@ int64_t evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const 
   return moves;
 }
 
-// The tokens one-shot mode keeps: the budget if given, else the unevicted share.
-int one_shot_keep(const SimulationConfig& c) {
-  if (c.schedule.budget > 0) return int(std::min<int64_t>(c.schedule.budget, c.tokens));
-  return int(c.tokens - std::llround(c.evict_fraction * double(c.tokens)));
-}
-
 struct Progress {
   const std::function<void(double)>& report;
   int64_t total, every;
@@ -248,6 +242,11 @@ SimulationResult simulate(const SimulationConfig& c) {
   r.blocks_in_use = int(cache.sequence(seq).blocks.size());
   r.importance_kept = importance_kept(workload, cache.live_positions(seq), c.tokens);
   return r;
+}
+
+int one_shot_keep(const SimulationConfig& c) {
+  if (c.schedule.budget > 0) return int(std::min<int64_t>(c.schedule.budget, c.tokens));
+  return int(c.tokens - std::llround(c.evict_fraction * double(c.tokens)));
 }
 
 }  // namespace kvscope

@@ -128,6 +128,10 @@ void check_simulation_config(const SimulationConfig& config);
 // check_simulation_config refuses a config whose peak exceeds the available memory.
 size_t simulation_peak_bytes(const SimulationConfig& config);
 
+// The tokens one-shot mode keeps: the budget if given, else the tokens less
+// evict_fraction of them, rounded (87.5% of 10 tokens evicts 9).
+int one_shot_keep(const SimulationConfig& config);
+
 // Runs one simulation (checking the config first).
 SimulationResult simulate(const SimulationConfig& config);
 
