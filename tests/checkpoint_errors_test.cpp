@@ -399,7 +399,8 @@ TEST(Config, AFieldOfTheWrongTypeOrSizeIsNamed) {
   expect_error("tie_word_embeddings", "yes", "tie_word_embeddings must be true or false, got \"yes\"");
   expect_error("torch_dtype", 16, "torch_dtype must be a string, got 16");
   expect_error("hidden_act", json::array({"silu"}), "hidden_act must be a string, got [\"silu\"]");
-  expect_error("rms_norm_eps", 1e300, "rms_norm_eps and rope_theta must be finite (a float holds rms_norm_eps)");
+  expect_error("rms_norm_eps", 1e300, "rms_norm_eps must be a positive number a float holds, got 1e+300");
+  expect_error("rms_norm_eps", 0, "rms_norm_eps must be a positive number a float holds, got 0");
 }
 
 // Each field may be up to 2^30, but not their products: 2^30 layers of head_dim

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 #include <nlohmann/json.hpp>
 
@@ -126,8 +127,12 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   c.head_dim = j.contains("head_dim") ? positive_int(j, "head_dim", source) : 128;
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.max_position_embeddings = j.contains("max_position_embeddings") ? positive_int(j, "max_position_embeddings", source) : 32768;
+  // Read as a double and checked before it becomes a float: 1e300 is past a float's
+  // range (converting it is undefined behaviour), and was once accepted as infinity.
   const double eps = optional_field<double>(j, "rms_norm_eps", c.rms_norm_eps, "a number", source);
-  c.rms_norm_eps = float(eps);  // 1e300 is a double, and infinity as a float: refused below
+  if (!(eps > 0) || eps > std::numeric_limits<float>::max())
+    throw file_error(source, "rms_norm_eps must be a positive number a float holds, got " + j["rms_norm_eps"].dump());
+  c.rms_norm_eps = float(eps);
   c.rope_theta = optional_field<double>(j, "rope_theta", c.rope_theta, "a number", source);
   c.tie_word_embeddings = optional_field<bool>(j, "tie_word_embeddings", false, "true or false", source);
   c.torch_dtype = optional_field<std::string>(j, "torch_dtype", "", "a string", source);  // a hint checked against the tensors
@@ -145,9 +150,7 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   check_sizes(c, source);
   if (c.head_dim % 2 != 0) throw file_error(source, "head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
   if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) throw file_error(source, "rms_norm_eps and rope_theta must be positive");
-  if (!std::isfinite(c.rms_norm_eps) || !std::isfinite(c.rope_theta))
-    throw file_error(source, "rms_norm_eps and rope_theta must be finite (a float holds rms_norm_eps), got " +
-                                 j.value("rms_norm_eps", json()).dump() + " and " + j.value("rope_theta", json()).dump());
+  if (!std::isfinite(c.rope_theta)) throw file_error(source, "rope_theta must be finite, got " + j["rope_theta"].dump());
   if (optional_field<std::string>(j, "hidden_act", "silu", "a string", source) != "silu")
     throw file_error(source, "hidden_act must be \"silu\"");
   require_off(j, "attention_bias", source);
