@@ -166,8 +166,8 @@ void settings(App& app) {
   }
 }
 
-// One row of the counters table: a label with its definition, a value per view.
-// One counter, a column per view; with `only`, "-" in the views of other strategies.
+// One row of the counters table: a label with its definition, a value per view;
+// with `only`, "-" in the views of other strategies.
 void row(const Session& s, const char* label, const char* definition,
          const std::function<std::string(const Counters&)>& value, std::optional<MemoryStrategy> only = {}) {
   ImGui::TableNextRow();

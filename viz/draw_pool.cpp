@@ -96,7 +96,7 @@ std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t wa
 
 // Spaces that do not break (U+00A0): ImGui wraps a line only at ' ', so "moved 230 MB"
 // stays whole.
-std::string nowrap(std::string text) {
+std::string nowrap(const std::string& text) {
   std::string out;
   for (char ch : text) out += ch == ' ' ? std::string("\xc2\xa0") : std::string(1, ch);
   return out;
@@ -113,7 +113,8 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::SameLine();
   // Freed is of the full cache's blocks (the same sequences with no eviction), not of
   // the pool's: the two differ while sequences are still growing, or when they share it.
-  const std::string in_use = nowrap(commas(c.blocks_in_use) + " blocks in use (" + bytes(double(c.memory_in_use())) + ")");
+  const std::string in_use =
+      nowrap(commas(c.blocks_in_use) + " blocks in use (" + bytes(double(c.memory_in_use())) + ")");
   if (c.all_released())
     ImGui::Text(" %s  |  every sequence released", in_use.c_str());
   else
@@ -121,8 +122,9 @@ void header(const Timeline& t, const Session& s, int view, float width) {
                 commas(c.full_cache_blocks).c_str());
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const std::string phase = s.phase(view);
-  const std::string moved = c.moved ? "moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + (c.moved == 1 ? " slot)" : " slots)")
-                                    : "no bytes moved";
+  const std::string moved =
+      c.moved ? "moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + (c.moved == 1 ? " slot)" : " slots)")
+              : "no bytes moved";
   ImGui::Text("%s  |  a pool of %s blocks of %s  |  %s", phase.c_str(), commas(t.occupancy().num_blocks()).c_str(),
               plural(t.occupancy().block_size(), "slot").c_str(), nowrap(moved).c_str());
   ImGui::PopStyleColor();

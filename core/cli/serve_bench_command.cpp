@@ -357,7 +357,8 @@ void run_serve_bench(const ServeBenchArgs& a) {
   check_distinct(a.strategies, "--strategies");
   set_threads(a.threads);
   check_args(a);
-  check_outputs_apart({{"--json", a.json}, {"--trace", a.trace}}, {{"--text", held_out_text(a.text, a.model_dir)}, {"--config", a.config}},
+  check_outputs_apart({{"--json", a.json}, {"--trace", a.trace}},
+                      {{"--text", held_out_text(a.text, a.model_dir)}, {"--config", a.config}},
                       a.config.empty() ? a.model_dir : "");
   for (const std::string& out : {a.json, a.trace})
     if (!out.empty()) check_writable(out);  // before the runs, not after them
