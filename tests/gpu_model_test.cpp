@@ -96,6 +96,10 @@ TEST(GpuModel, F16WidenedMatchesCpu) {
   KVSCOPE_REQUIRE_GPU();
   compare_on_fixture_inputs("tiny-f16", WeightFormat::AsStored);
 }
+TEST(GpuModel, FiveQueryHeadsPerKvHeadMatchCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  compare_on_fixture_inputs("tiny-gqa5", WeightFormat::AsStored);
+}
 TEST(GpuModel, BlockSizes1And64MatchCpu) {
   KVSCOPE_REQUIRE_GPU();
   compare_on_fixture_inputs("tiny-untied", WeightFormat::AsStored, 1);

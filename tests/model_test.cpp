@@ -83,6 +83,13 @@ TEST(ModelVsPyTorch, EagerAttention) { check_against_fixture("tiny-untied", Weig
 TEST(ModelVsPyTorch, BlockSize1) { check_against_fixture("tiny-untied", WeightFormat::AsStored, AttentionPath::Flash, 1); }
 TEST(ModelVsPyTorch, BlockSize256) { check_against_fixture("tiny-tied", WeightFormat::AsStored, AttentionPath::Eager, 256); }
 
+// Five query heads per KV head and head_dim 64. In every other fixture the group size and
+// the KV head count are both 2, so a mix-up of the two would pass there.
+TEST(ModelVsPyTorch, FiveQueryHeadsPerKvHead) {
+  check_against_fixture("tiny-gqa5", WeightFormat::AsStored);
+  check_against_fixture("tiny-gqa5", WeightFormat::AsStored, AttentionPath::Eager);
+}
+
 TEST(Model, HeadDimIsReadFromConfigNotDerived) {
   Model m = load_model(test::tiny_model("tiny-tied"));
   EXPECT_NE(m.config.head_dim, m.config.hidden_size / m.config.num_heads);

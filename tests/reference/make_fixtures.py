@@ -43,7 +43,7 @@ from qwen3_reference import Qwen3  # noqa: E402
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 MODELS_DIR = os.path.join(ROOT, "tests", "models")
 FIXTURES_DIR = os.path.join(ROOT, "tests", "fixtures")
-VARIANTS = ["tiny-tied", "tiny-untied", "tiny-tied-with-head", "tiny-bf16-sharded", "tiny-f16"]
+VARIANTS = ["tiny-tied", "tiny-untied", "tiny-tied-with-head", "tiny-bf16-sharded", "tiny-f16", "tiny-gqa5"]
 PROMPT_LENGTHS = [7, 23]
 DECODE_STEPS = 32
 SEED = 20240607

@@ -11,19 +11,22 @@ config.json, generation_config.json, tokenizer.json and model.safetensors
 (or two shards + model.safetensors.index.json). Everything is deterministic
 (fixed seeds, no timestamps), so a rerun gives byte-identical files.
 
-Variants (all share the same shapes, the same tokenizer.json and, except for
-lm_head, the same weights):
+Variants (all share the same tokenizer.json; all but tiny-gqa5 share the same
+shapes and, except for lm_head, the same weights):
     tiny-tied            F32, tie_word_embeddings true, no lm_head.weight in the file
     tiny-untied          F32, tie false, lm_head.weight different from the embedding
     tiny-tied-with-head  F32, tie true, the file also holds lm_head.weight == embedding
     tiny-bf16-sharded    BF16, untied, two shards + model.safetensors.index.json
     tiny-f16             F16, tied
+    tiny-gqa5            F32, untied, 10 query heads over 2 KV heads (a group
+                         of 5, as in Qwen3-14B), head_dim 64; its own weights
 
 Shapes: hidden 64, intermediate 160, 2 layers, 4 query heads, 2 KV heads,
 head_dim 32 (deliberately != hidden / heads = 16, so code that derives
 head_dim from hidden_size fails), max_position_embeddings 512, vocab_size =
 tokenizer size rounded up to a multiple of 16 (Qwen pads its vocab too, so
-the last few rows belong to no token).
+the last few rows belong to no token). tiny-gqa5 has 10 query heads and
+head_dim 64 instead.
 
 Weight scales are chosen so that every part of the forward pass shows in the
 logits (HF's initializer_range 0.02 would make a random model's layers
@@ -212,7 +215,7 @@ def make_tokenizer_json():
     return tok, len(vocab) + len(added), special_ids
 
 
-def make_weights(vocab_size, seed=1234):
+def make_weights(vocab_size, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, seed=1234):
     """Float32 master weights, shapes [out, in]; lm_head is the untied head."""
     g = torch.Generator().manual_seed(seed)
 
@@ -226,12 +229,12 @@ def make_weights(vocab_size, seed=1234):
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm_weight(HIDDEN)
-        w[p + "self_attn.q_proj.weight"] = randn(HEADS * HEAD_DIM, HIDDEN, std=0.3)
-        w[p + "self_attn.k_proj.weight"] = randn(KV_HEADS * HEAD_DIM, HIDDEN, std=0.3)
-        w[p + "self_attn.v_proj.weight"] = randn(KV_HEADS * HEAD_DIM, HIDDEN, std=HIDDEN ** -0.5)
-        w[p + "self_attn.o_proj.weight"] = randn(HIDDEN, HEADS * HEAD_DIM, std=3 * (HEADS * HEAD_DIM) ** -0.5)
-        w[p + "self_attn.q_norm.weight"] = norm_weight(HEAD_DIM, mean=1.6, std=0.3)
-        w[p + "self_attn.k_norm.weight"] = norm_weight(HEAD_DIM, mean=1.6, std=0.3)
+        w[p + "self_attn.q_proj.weight"] = randn(heads * head_dim, HIDDEN, std=0.3)
+        w[p + "self_attn.k_proj.weight"] = randn(kv_heads * head_dim, HIDDEN, std=0.3)
+        w[p + "self_attn.v_proj.weight"] = randn(kv_heads * head_dim, HIDDEN, std=HIDDEN ** -0.5)
+        w[p + "self_attn.o_proj.weight"] = randn(HIDDEN, heads * head_dim, std=3 * (heads * head_dim) ** -0.5)
+        w[p + "self_attn.q_norm.weight"] = norm_weight(head_dim, mean=1.6, std=0.3)
+        w[p + "self_attn.k_norm.weight"] = norm_weight(head_dim, mean=1.6, std=0.3)
         w[p + "post_attention_layernorm.weight"] = norm_weight(HIDDEN)
         w[p + "mlp.gate_proj.weight"] = randn(INTERMEDIATE, HIDDEN, std=HIDDEN ** -0.5)
         w[p + "mlp.up_proj.weight"] = randn(INTERMEDIATE, HIDDEN, std=HIDDEN ** -0.5)
@@ -278,13 +281,21 @@ def write_json(path, obj):
         f.write("\n")
 
 
+# (query heads, KV heads, head_dim) of every variant but tiny-gqa5.
+SHARED_HEADS = (HEADS, KV_HEADS, HEAD_DIM)
+# tiny-gqa5: five query heads per KV head (Qwen3-14B's 40/8) and head_dim 64.
+# In the shared shape, heads / kv_heads = kv_heads = 2, so code that mixed up
+# the group size and the KV head count would still pass there.
+GQA5_HEADS = (10, 2, 64)
+
 VARIANTS = [
-    # name, dtype, tie_word_embeddings, lm_head in file, sharded
-    ("tiny-tied", torch.float32, True, False, False),
-    ("tiny-untied", torch.float32, False, True, False),
-    ("tiny-tied-with-head", torch.float32, True, True, False),
-    ("tiny-bf16-sharded", torch.bfloat16, False, True, True),
-    ("tiny-f16", torch.float16, True, False, False),
+    # name, dtype, tie_word_embeddings, lm_head in file, sharded, heads
+    ("tiny-tied", torch.float32, True, False, False, SHARED_HEADS),
+    ("tiny-untied", torch.float32, False, True, False, SHARED_HEADS),
+    ("tiny-tied-with-head", torch.float32, True, True, False, SHARED_HEADS),
+    ("tiny-bf16-sharded", torch.bfloat16, False, True, True, SHARED_HEADS),
+    ("tiny-f16", torch.float16, True, False, False, SHARED_HEADS),
+    ("tiny-gqa5", torch.float32, False, True, False, GQA5_HEADS),
 ]
 TORCH_DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -292,16 +303,18 @@ TORCH_DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.
 def main():
     tok, tokenizer_size, special = make_tokenizer_json()
     vocab_size = (tokenizer_size + 15) // 16 * 16
-    master = make_weights(vocab_size)
+    master = {SHARED_HEADS: make_weights(vocab_size),
+              GQA5_HEADS: make_weights(vocab_size, *GQA5_HEADS, seed=5)}
     eos = [special["<|im_end|>"], special["<|endoftext|>"]]
 
-    for name, dtype, tied, head_in_file, sharded in VARIANTS:
+    for name, dtype, tied, head_in_file, sharded, heads in VARIANTS:
+        n_heads, n_kv_heads, head_dim = heads
         out = os.path.join(MODELS_DIR, name)
         os.makedirs(out, exist_ok=True)
         for f in os.listdir(out):             # no stale shards from an older layout
             if f.endswith(".safetensors") or f.endswith(".index.json"):
                 os.remove(os.path.join(out, f))
-        w = {k: v.to(dtype) for k, v in master.items()}
+        w = {k: v.to(dtype) for k, v in master[heads].items()}
         if tied and head_in_file:
             w["lm_head.weight"] = w["model.embed_tokens.weight"].clone()
         elif tied:
@@ -313,7 +326,7 @@ def main():
             "attention_dropout": 0.0,
             "bos_token_id": special["<|endoftext|>"],
             "eos_token_id": special["<|im_end|>"],
-            "head_dim": HEAD_DIM,
+            "head_dim": head_dim,
             "hidden_act": "silu",
             "hidden_size": HIDDEN,
             "initializer_range": 0.02,
@@ -321,9 +334,9 @@ def main():
             "max_position_embeddings": MAX_POS,
             "max_window_layers": LAYERS,
             "model_type": "qwen3",
-            "num_attention_heads": HEADS,
+            "num_attention_heads": n_heads,
             "num_hidden_layers": LAYERS,
-            "num_key_value_heads": KV_HEADS,
+            "num_key_value_heads": n_kv_heads,
             "rms_norm_eps": 1e-06,
             "rope_scaling": None,
             "rope_theta": 1000000,
