@@ -91,18 +91,22 @@ double measure_read_bandwidth_gbs(std::size_t bytes, int threads, int repeats) {
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     float total = 0;
-    double seconds = 0;
+    double start = 0, seconds = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
     {
-#pragma omp barrier
-      const double t0 = omp_get_wtime();
+      // One clock for every thread, started before any of them reads: the single's
+      // implicit barrier holds them all until it is set. (A clock per thread was
+      // wrong: a thread descheduled here started its own late, found every block
+      // taken, and timed a few microseconds.)
+#pragma omp single
+      start = omp_get_wtime();
 #pragma omp for schedule(guided, 1)
       for (std::size_t b = 0; b < blocks; ++b) total += sum_floats(data + b * kBlock, kBlock);
       // (the implicit barrier at the end of the loop: every thread is done)
 #pragma omp single
       {
         total += sum_floats(data + blocks * kBlock, rest);  // the last partial block, if any
-        seconds = omp_get_wtime() - t0;
+        seconds = omp_get_wtime() - start;
       }
     }
     g_bandwidth_sink = total;
