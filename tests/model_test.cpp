@@ -103,6 +103,18 @@ TEST(Model, TiedHeadSharesTheEmbeddingBytes) {
   EXPECT_NE(u.weights.lm_head.data, u.weights.embed.data);
 }
 
+// What bench decode divides the bandwidth by. The tiny models' matrices, in floats: per
+// layer q 128x64, k and v 64x64, o 64x128, gate and up 160x64, down 64x160 (55,296);
+// two layers 110,592; embedding and lm_head 384x64 (24,576) each.
+TEST(Model, ADecodeStepReadsOneRowOfAnUntiedEmbedding) {
+  const Model tied = load_model(test::tiny_model("tiny-tied"));
+  EXPECT_EQ(tied.weights.matrix_bytes(), (110592u + 24576u) * 4);
+  EXPECT_EQ(tied.weights.decode_bytes(), (110592u + 24576u) * 4);  // lm_head is the embedding, read whole
+  const Model untied = load_model(test::tiny_model("tiny-untied"));
+  EXPECT_EQ(untied.weights.matrix_bytes(), (110592u + 2 * 24576u) * 4);
+  EXPECT_EQ(untied.weights.decode_bytes(), (110592u + 24576u + 64u) * 4);  // lm_head, and one embedding row
+}
+
 TEST(Model, F32AndBf16ViewsAreZeroCopy) {
   Model m = load_model(test::tiny_model("tiny-bf16-sharded"));
   EXPECT_EQ(m.weights.layers[0].q_proj.dtype, DType::BF16);

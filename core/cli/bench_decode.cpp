@@ -113,10 +113,15 @@ void print_decode_table(const std::vector<Row>& rows, int prompt_tokens, double 
   for (const Row& r : rows)
     std::printf("| %s | %d | %.1f | %.2f | %.3f | %.2f | %.0f%% | %.2f GB |\n", r.weights.c_str(), r.threads, r.prefill_tps,
                 r.decode_tps, r.bytes_per_token / 1e9, r.limit_tps, 100 * r.decode_tps / r.limit_tps, r.peak_bytes / 1e9);
-  const double kv_share = rows.empty() ? 0 : rows.back().bytes_per_token / double(rows.back().bytes_per_token - kv_bytes) - 1;
-  std::printf("\nlimit = DRAM read bandwidth / bytes of the weight matrices. Decode runs at a %d-%d token context,\n"
-              "where the K/V cache adds %.1f%% to the bytes read per token (in the GB column, not in the limit).\n",
-              context_from, context_to, 100 * kv_share);
+  // What the K/V cache adds to the weights' bytes, for each weight format (bf16 doubles it).
+  std::string kv_share;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (i == 0 || rows[i].weights != rows[i - 1].weights)
+      kv_share += (i ? ", " : "") + percent(kv_bytes / (rows[i].bytes_per_token - kv_bytes)) + " (" + rows[i].weights + ")";
+  std::printf("\nlimit = DRAM read bandwidth / bytes of the weights a decode step reads. Decode runs at a %d-%d token\n"
+              "context, where the K/V cache adds %s to the bytes read per token\n"
+              "(in the GB column, not in the limit).\n",
+              context_from, context_to, kv_share.c_str());
 }
 
 void run_bench(const BenchArgs& a) {
@@ -170,9 +175,9 @@ void run_bench(const BenchArgs& a) {
       Row r{wf, a.threads[ti], 0, 0, 0, 0, 0};
       r.prefill_tps = prefill_tokens_per_second(model, prompt, a.prompt_tokens);
       r.decode_tps = decode_tokens_per_second(model, prompt, decode_context, a.decode_tokens);
-      // Bytes one decode step reads: every matrix once (lm_head once when tied) and the K/V cache.
-      r.bytes_per_token = double(model.weights.matrix_bytes()) + kv_bytes;
-      r.limit_tps = bandwidth[ti] * 1e9 / double(model.weights.matrix_bytes());
+      // Bytes one decode step reads: the weights (decode_bytes says which) and the K/V cache.
+      r.bytes_per_token = double(model.weights.decode_bytes()) + kv_bytes;
+      r.limit_tps = bandwidth[ti] * 1e9 / double(model.weights.decode_bytes());
       rows.push_back(r);
     }
     const double peak = peak_memory_bytes();

@@ -5,7 +5,7 @@
 // a prompt is prefilled, then tokens are decoded one at a time, each step
 // uploading its slot mapping and block table and copying the logits back.
 // Decode reads every weight once per token, so the limit is the card's peak
-// bandwidth divided by the bytes of the weight matrices (plus the K/V read).
+// bandwidth divided by the bytes of the weights a step reads (plus the K/V read).
 //
 // With --sequences 1,8,32 the same is done for that many sequences decoding
 // together, one batched step (Engine::step_batch, as the server runs) per token
@@ -129,7 +129,7 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
       const DecodeRun r = run_decode(model, a, n);
       // Per step: every weight matrix once, and each sequence's K/V at its average context.
       const double kv_bytes = 2.0 * config.num_layers * config.kv_dim() * 4 * (a.prompt_tokens + a.decode_tokens / 2.0);
-      const double bytes = double(model.weights.matrix_bytes()) + n * kv_bytes;
+      const double bytes = double(model.weights.decode_bytes()) + n * kv_bytes;
       const double tps = double(n) * a.decode_tokens / r.decode_seconds, limit = n * gpu.peak_bandwidth() / bytes;
       const std::string limit_text = limit > 0 ? std::to_string(std::lround(limit)) : "n/a";
       std::printf("| %s | %d | %.0f | %.1f | %.3f | %s | %s |\n", wf.c_str(), n,
@@ -138,7 +138,8 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
     }
   }
   const int most = *std::max_element(a.sequences.begin(), a.sequences.end());
-  std::printf("\nGB read per step = the weight matrices (lm_head once) + each sequence's K/V at the average context.\n"
+  std::printf("\nGB read per step = the weight matrices (lm_head once; of an untied embedding, one row)\n"
+              "+ each sequence's K/V at the average context.\n"
               "Each step is 19 kernel launches per layer (2 of them attention, for all the sequences together)\n"
               "and small host-to-device copies, launched one by one (no CUDA graphs): for a model this small,\n"
               "launch gaps rather than bandwidth can set the pace. Each step also copies every sequence's logits\n"

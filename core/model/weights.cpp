@@ -24,6 +24,13 @@ size_t Weights::matrix_bytes() const {
   return total;
 }
 
+// A decode step reads every matrix once, but of the embedding only its token's row,
+// unless lm_head is the embedding (tied), which reads it whole.
+size_t Weights::decode_bytes() const {
+  if (lm_head.data == embed.data) return matrix_bytes();
+  return matrix_bytes() - embed.bytes() + embed.bytes() / size_t(embed.rows);
+}
+
 namespace {
 
 std::string shape_str(const std::vector<int64_t>& s) {

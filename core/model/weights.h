@@ -51,6 +51,7 @@ struct Weights {
   Matrix lm_head;                     // [vocab, hidden]  the embedding itself when tied
 
   size_t matrix_bytes() const;        // bytes of all matrices (lm_head once even if tied)
+  size_t decode_bytes() const;        // bytes of them one decode step reads (an untied embedding: one row)
 
   // Storage the views point into: the mapped files, and converted copies.
   std::shared_ptr<Checkpoint> checkpoint;
