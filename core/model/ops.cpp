@@ -44,20 +44,30 @@ void matmul(float* out, const float* x, const Matrix& W, int T) {
     else matvec_bf16(W.bf16(), x, out, W.rows, W.cols);
     return;
   }
-  ConstMap X(x, T, W.cols);
-  if (W.dtype == DType::F32) {  // prefill: Eigen's GEMM (multi-threaded through OpenMP)
-    Map(out, T, W.rows, Eigen::OuterStride<>(W.rows)).noalias() = X * ConstMap(W.f32(), W.rows, W.cols).transpose();
-    return;
-  }
-  // BF16 weights: widen a band of rows to f32, multiply, move on. The band keeps
-  // the scratch small (the lm_head alone would be 600 MB in f32).
-  constexpr int kBand = 256;
-  std::vector<float> band(size_t(kBand) * W.cols);
-  for (int r0 = 0; r0 < W.rows; r0 += kBand) {
-    const int rows = std::min(kBand, W.rows - r0);
-    const uint16_t* src = W.bf16() + size_t(r0) * W.cols;
-    for (size_t i = 0; i < size_t(rows) * W.cols; ++i) band[i] = bf16_to_f32(src[i]);
-    Map(out + r0, T, rows, Eigen::OuterStride<>(W.rows)).noalias() = X * ConstMap(band.data(), rows, W.cols).transpose();
+  // Prefill: Eigen's GEMM, one band of weight rows at a time, the bands shared out over
+  // the threads. Each band is a single-threaded product (Eigen's own threading is off:
+  // EIGEN_DONT_PARALLELIZE, core/CMakeLists.txt) of the same shape whatever the thread
+  // count, so every output sums its terms in the same order: --threads changes the
+  // speed, never the numbers. BF16 bands are widened to f32 first, which also keeps
+  // the scratch small (the whole lm_head would be 600 MB in f32).
+  constexpr int kBand = 256;  // weight rows per band
+  const int bands = (W.rows + kBand - 1) / kBand;
+  const ConstMap X(x, T, W.cols);  // [T, cols]
+#pragma omp parallel if (bands > 1)
+  {
+    std::vector<float> widened(W.dtype == DType::BF16 ? size_t(kBand) * W.cols : 0);  // [kBand, cols]
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < bands; ++b) {
+      const int r0 = b * kBand, rows = std::min(kBand, W.rows - r0);
+      const float* band = widened.data();  // [rows, cols]
+      if (W.dtype == DType::F32) {
+        band = W.f32() + size_t(r0) * W.cols;
+      } else {
+        const uint16_t* src = W.bf16() + size_t(r0) * W.cols;
+        for (size_t i = 0; i < size_t(rows) * W.cols; ++i) widened[i] = bf16_to_f32(src[i]);
+      }
+      Map(out + r0, T, rows, Eigen::OuterStride<>(W.rows)).noalias() = X * ConstMap(band, rows, W.cols).transpose();
+    }
   }
 }
 
