@@ -680,6 +680,9 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   }
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.01",
                         "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
+  // MB to whole bytes, rounded: 0.016307 * 1e6 is 16306.99... as a double.
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.016307",
+                        "a KV memory budget of 16307 bytes is smaller than one block (16384 bytes for 16 tokens)");
   expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory: must be 0 or more, not -1");
 }
 

@@ -97,6 +97,23 @@ TEST(Memory, FitScalesWithKvBitsAndReserve) {
   EXPECT_EQ(fit.tokens, int64_t(std::floor((24e9 - 16381061632.0) / 131072)));
 }
 
+// GB to whole bytes, rounded: where the free bytes end on a token exactly, that token
+// counts, though 1e9 times the GB given can be a hair under it as a double.
+TEST(Memory, BytesThatEndOnATokenHoldIt) {
+  MemoryBudget b;
+  b.reserve_gb = 0;
+  const ModelConfig c = qwen3_32b();
+  int checked = 0;
+  for (int64_t tokens = 1000; tokens < 1100; ++tokens) {
+    const int64_t bytes = weight_bytes(c, b.weight_bits) + tokens * kv_bytes_per_token(c, b.kv_bits);
+    b.gpu_gb = double(bytes) / 1e9;
+    if (b.gpu_gb * 1e9 >= double(bytes)) continue;  // only the GB values a double puts a hair short
+    ++checked;
+    EXPECT_EQ(fit_kv_cache(c, b).tokens, tokens) << b.gpu_gb << " GB";
+  }
+  EXPECT_GT(checked, 0) << "no GB value in the range is short of its bytes as a double";
+}
+
 TEST(Memory, WeightsAloneDoNotFit) {
   MemoryBudget b;  // 16-bit Qwen3-32B: 65.5 GB of weights on 24 GB
   const KvFit fit = fit_kv_cache(qwen3_32b(), b);

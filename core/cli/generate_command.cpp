@@ -1,4 +1,5 @@
 // kvscope generate: tokenize a prompt, run the model, stream the text.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -166,7 +167,7 @@ GenerateOptions generate_options(const GenerateArgs& a, const Model& model, cons
   options.engine.schedule = schedule;
   options.engine.policy = std::move(policy);
   options.engine.num_blocks =
-      a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(a.kv_memory_mb * 1e6))
+      a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(std::llround(a.kv_memory_mb * 1e6)))
                          : int((prompt_tokens + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
   if (a.kv_memory_mb > 0) check_pool_holds_the_run(a, options.engine.num_blocks, prompt_tokens);
   return options;

@@ -59,9 +59,11 @@ void check_budget(const MemoryBudget& budget) {
 KvFit fit_kv_cache(const ModelConfig& config, const MemoryBudget& budget) {
   check_budget(budget);
   KvFit fit;
-  fit.gpu_bytes = budget.gpu_gb * 1e9;
+  // GB to whole bytes, rounded: 0.000489344 GB is 489343.99... in a double, and
+  // truncating it would count a token short where the bytes end on a token exactly.
+  fit.gpu_bytes = std::round(budget.gpu_gb * 1e9);
   fit.weight_bytes = double(weight_bytes(config, budget.weight_bits));
-  fit.reserve_bytes = budget.reserve_gb * 1e9;
+  fit.reserve_bytes = std::round(budget.reserve_gb * 1e9);
   fit.free_bytes = fit.gpu_bytes - fit.weight_bytes - fit.reserve_bytes;
   fit.kv_bytes_per_token = kv_bytes_per_token(config, budget.kv_bits);
   fit.weights_fit = fit.weight_bytes <= fit.gpu_bytes;
