@@ -246,6 +246,9 @@ TEST(BadInput, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
   expect_one_line_error("eval --windows 1 --context 64 --json " + nowhere, nowhere + ": cannot write: No such file");
   expect_one_line_error("simulate --strategy holes --trace " + nowhere, nowhere + ": cannot write: No such file");
   expect_one_line_error("serve-bench --requests 2 --trace " + nowhere, nowhere + ": cannot write: No such file");
+  expect_one_line_error("serve-bench --requests 1048577 --trace " + nowhere,
+                        "--trace: a trace holds at most 1048576 sequences, and each of the 1048577 requests is one (each "
+                        "preemption one more): lower --requests");
   expect_one_line_error(kTiny + "--prompt hi --trace " + nowhere, nowhere + ": cannot write: No such file");
   expect_one_line_error("simulate --strategy holes --trace /tmp", "/tmp: is a directory, not a file");
   const ProgramRun r = run_kvscope("simulate --strategy holes --trace " + nowhere);

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "cli/bench_util.h"
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "cli/commands.h"
 #include "evict/policy.h"
@@ -80,6 +81,10 @@ void check_args(const ServeBenchArgs& a) {
   EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);
+  // Said before the run, not after it: each request is a sequence of the trace.
+  if (!a.trace.empty() && a.requests > kMaxSequenceId)
+    throw Error("--trace: a trace holds at most " + std::to_string(kMaxSequenceId) + " sequences, and each of the " +
+                std::to_string(a.requests) + " requests is one (each preemption one more): lower --requests");
 }
 
 // One request, against the model's positions and the pool, under every strategy:
