@@ -238,6 +238,9 @@ TEST(BadInput, CompactionBenchWithNothingToMoveSaysSo) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("| 16 | 0.0% | 0 | 0 MB | nothing to move |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 16 | 100.0% | 0 | 0 MB | nothing to move |"), std::string::npos) << r.out;
+  // The column says what was evicted: 99% of 64 tokens keeps none of them.
+  const ProgramRun all = run_kvscope("bench compaction --tokens 64 --evict 0.99 --repeats 1");
+  EXPECT_NE(all.out.find("| 16 | 100.0% | 0 | 0 MB | nothing to move |"), std::string::npos) << all.out;
 }
 
 TEST(BadInput, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {

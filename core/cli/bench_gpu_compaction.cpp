@@ -59,9 +59,10 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
       PagedKvCache cache(num_blocks, bs, MemoryStrategy::Compact);
       const int seq = cache.add_sequence();
       fill_sequence(cache, seq, n, f, 1);
+      const double evicted = 1 - double(cache.live_positions(seq).size()) / n;  // as done (it keeps one at least)
       const std::vector<Move> plan = cache.plan_compaction(seq);
       if (plan.empty()) {  // nothing evicted, or nothing kept: no survivor has to move
-        std::printf("| %d | %.1f%% | 0 | 0 MB | nothing to move | | | | |\n", n, 100 * f);
+        std::printf("| %d | %.1f%% | 0 | 0 MB | nothing to move | | | | |\n", n, 100 * evicted);
         continue;
       }
       std::vector<int> from(plan.size()), to(plan.size());
@@ -82,7 +83,7 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
       const double copy = gpu_seconds(a.calls, [&] {
         CUDA_CHECK(cudaMemcpy(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice));
       });
-      std::printf("| %d | %.1f%% | %zu | %.1f MB | %.3f ms | %.0f | %.3f ms | %.0f | %.0f%% |\n", n, 100 * f, plan.size(),
+      std::printf("| %d | %.1f%% | %zu | %.1f MB | %.3f ms | %.0f | %.3f ms | %.0f | %.0f%% |\n", n, 100 * evicted, plan.size(),
                   bytes / 1e6, 1e3 * compact, bytes / compact / 1e9, 1e3 * copy, bytes / copy / 1e9,
                   100 * copy / compact);
     }
