@@ -59,8 +59,10 @@ TEST(Engine, CompactionLeavesEveryLogitBitUnchanged) {
   // both cases, so the next steps must be identical to the last bit.
   Model m = load_model(test::tiny_model("tiny-untied"));
   for (const char* policy : {"streaming", "h2o", "snapkv", "random"}) {
-    Engine holes(m, config_for(MemoryStrategy::HolesOnly, policy, 16));
-    Engine compact(m, config_for(MemoryStrategy::Compact, policy, 16));
+    // SnapKV keeps its window of 32 whole: its votes choose only the tokens above it.
+    const int budget = std::string(policy) == "snapkv" ? 40 : 16;
+    Engine holes(m, config_for(MemoryStrategy::HolesOnly, policy, budget));
+    Engine compact(m, config_for(MemoryStrategy::Compact, policy, budget));
     const auto script = tokens(60);
     const auto a = run(m, holes, script), b = run(m, compact, script);
     EXPECT_EQ(a, b) << policy;
@@ -69,6 +71,18 @@ TEST(Engine, CompactionLeavesEveryLogitBitUnchanged) {
     EXPECT_EQ(holes.cache().live_positions(0), compact.cache().live_positions(0)) << policy;
     EXPECT_LE(compact.stats(0).blocks_in_use, holes.stats(0).blocks_in_use) << policy;
   }
+}
+
+// Every way into the engine (the commands check first, with their flags' names) meets
+// the same check: SnapKV's window of 32 and the 2 sinks do not fit a budget of 20.
+// The engine refuses before the sequence exists, so nothing is half added.
+TEST(Engine, ASnapKVBudgetBelowItsWindowIsRefusedBeforeTheSequenceIsAdded) {
+  const Model m = load_model(test::tiny_model("tiny-untied"));
+  Engine e(m, config_for(MemoryStrategy::Compact, "snapkv", 20));
+  EXPECT_THROW(e.add_sequence(), Error);
+  EXPECT_EQ(e.cache().num_sequences(), 0);
+  Engine fits(m, config_for(MemoryStrategy::Compact, "snapkv", 34));
+  EXPECT_EQ(fits.add_sequence(), 0);
 }
 
 TEST(Engine, HoleReuseKeepsTheSameTokensAndNearlyTheSameLogits) {

@@ -355,6 +355,7 @@ Recording record_model(const RunSettings& s, const ModelSource& m) {
                " prompt + " + std::to_string(new_tokens) + " new";
   const EvictionSchedule schedule{s.budget, s.slack, s.sinks, s.recent};
   schedule.validate();
+  check_budget_holds_the_window(s.policy, schedule);
   const PolicyFactory inner = policy_factory(s.policy, s.seed, calibration, model.config);
 
   for (MemoryStrategy strategy : s.strategies) {

@@ -126,7 +126,9 @@ void check_pool_holds_the_run(const GenerateArgs& a, int num_blocks, size_t prom
 
 // The flags that need no model, checked before loading one.
 void check_args(const GenerateArgs& a) {
-  EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
+  const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};
+  schedule.validate();
+  check_budget_holds_the_window(a.policy, schedule);
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);
   const Sampler checked({a.temperature, a.top_k, a.top_p, a.seed});  // its checks, before the prompt is printed

@@ -78,7 +78,9 @@ struct ServeBenchArgs {
 void check_args(const ServeBenchArgs& a) {
   check_block_size(a.block_size);
   if (a.strategies.empty()) throw Error("--strategies: name at least one of none, holes, reuse, compact");
-  EvictionSchedule{a.budget, a.slack, a.sinks, a.recent}.validate();
+  const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};
+  schedule.validate();
+  check_budget_holds_the_window(a.policy, schedule);
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);
   // Said before the run, not after it: each request is a sequence of the trace.

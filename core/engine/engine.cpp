@@ -37,8 +37,10 @@ Engine::Engine(const Model& model, const EngineConfig& config, EventLog* log)
 }
 
 int Engine::add_sequence() {
+  std::unique_ptr<EvictionPolicy> policy = config_.schedule.enabled() ? config_.policy() : nullptr;
+  if (policy) check_budget_holds_the_window(policy->name(), config_.schedule);  // before anything changes
   const int seq = cache_.add_sequence();
-  policies_.push_back(config_.schedule.enabled() ? config_.policy() : nullptr);
+  policies_.push_back(std::move(policy));
   stats_.emplace_back();
   return seq;
 }

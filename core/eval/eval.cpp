@@ -152,6 +152,7 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
                   plural(schedule.budget, "token") + ", fewer than the protected " + std::to_string(s.sinks) +
                   " sinks + " + std::to_string(s.recent) + " recent: raise --keep or --context, or lower --sinks and --recent");
     schedule.validate();
+    for (const std::string& policy : s.policies) check_budget_holds_the_window(policy, schedule);
     const int first_round = schedule.round_starts_at();  // live tokens when the first round starts
     if (first_round > s.context)  // the row would be the full cache's under another name
       throw Error("eval: keeping " + number_text(k) + " of the " + std::to_string(s.context) + "-token context is " +

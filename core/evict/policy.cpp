@@ -79,6 +79,14 @@ std::unique_ptr<EvictionPolicy> make_policy(const std::string& name, uint64_t se
   throw Error("unknown eviction policy \"" + name + "\" (choose streaming, h2o, snapkv, triattention, random or oracle)");
 }
 
+void check_budget_holds_the_window(const std::string& policy, const EvictionSchedule& s) {
+  if (policy != "snapkv" || !s.enabled() || s.recent >= SnapKVPolicy::kWindow) return;
+  if (s.budget < s.sinks + SnapKVPolicy::kWindow)
+    throw Error("eviction budget " + std::to_string(s.budget) + " is smaller than the tokens snapkv protects (" +
+                std::to_string(s.sinks) + " sinks + its observation window, the newest " +
+                std::to_string(SnapKVPolicy::kWindow) + "): its votes would never choose a token");
+}
+
 PolicyFactory policy_factory(const std::string& name, uint64_t seed, const std::string& calibration_file,
                              const ModelConfig& config) {
   if (name == "triattention") {

@@ -91,6 +91,11 @@ std::vector<int64_t> complement(const std::vector<int64_t>& pos, const std::vect
 // made by their own constructors; this factory makes the others.
 std::unique_ptr<EvictionPolicy> make_policy(const std::string& name, uint64_t seed);
 
+// SnapKV always keeps its observation window (the newest 32 tokens at least) as
+// every policy keeps the sinks and the recent tokens: kvscope::Error if the budget
+// is smaller than all of them, as validate() says for the sinks and recent alone.
+void check_budget_holds_the_window(const std::string& policy, const EvictionSchedule& s);
+
 // A maker of one policy object per sequence, for the engine. "triattention" reads
 // its calibration file (kvscope calibrate) once, checked against the model's config.
 using PolicyFactory = std::function<std::unique_ptr<EvictionPolicy>()>;
