@@ -638,6 +638,17 @@ TEST(BadInput, AnOutputThatWouldDestroyAFileIsRefused) {
   expect_one_line_error("calibrate --model '" + model + "' --text '" + text + "' --out '" + text + "'",
                         "--out " + text + " is --text, which this run reads");
   EXPECT_EQ(read_file(text), "some text to calibrate on\n");
+  // The model folder's calibration, which generate, eval and serve-bench read when no
+  // --calibration is given (the check happens before it is read: any content will do).
+  const std::string calibration = model + "/triattention-calibration.json";
+  std::ofstream(calibration) << "{}\n";
+  const std::string destroyed = " is the model's triattention-calibration.json, which this run reads";
+  expect_one_line_error("generate --model '" + model + "' --prompt hi -n 2 --trace '" + calibration + "'",
+                        "--trace " + calibration + destroyed);
+  expect_one_line_error("eval --model '" + model + "' --json '" + calibration + "'", "--json " + calibration + destroyed);
+  expect_one_line_error("serve-bench --model '" + model + "' --trace '" + calibration + "'",
+                        "--trace " + calibration + destroyed);
+  EXPECT_EQ(read_file(calibration), "{}\n");
   fs::remove_all(dir);
 }
 

@@ -79,6 +79,10 @@ void check_threads(int threads);
 using NamedPath = std::pair<std::string, std::string>;
 void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
                          const std::string& model_dir = "");
+// The calibration a run reads, named for check_outputs_apart: ("--calibration", the
+// file given), or the model folder's own when none is (calibrate writes that one, so
+// it is not among every model's inputs).
+NamedPath calibration_read(const std::string& calibration, const std::string& model_dir);
 
 // A path as output shows it: relative to the working directory when inside it
 // (so the bundled model's files print the same on every checkout).

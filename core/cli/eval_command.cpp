@@ -61,14 +61,14 @@ void run_eval(EvalArgs a) {
   check_distinct(a.settings.keep, "--keep");
   check_distinct(a.settings.policies, "--policies");
   set_threads(a.threads);
-  check_outputs_apart({{"--json", a.json}},
-                      {{"--text", held_out_text(a.text, a.model_dir)}, {"--calibration", a.calibration}}, a.model_dir);
+  a.text = held_out_text(a.text, a.model_dir);
+  check_outputs_apart({{"--json", a.json}}, {{"--text", a.text}, calibration_read(a.calibration, a.model_dir)},
+                      a.model_dir);
   if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it
   const std::vector<std::string>& policies = a.settings.policies;
   if (!a.calibration.empty() && std::find(policies.begin(), policies.end(), "triattention") == policies.end())
     throw Error("--calibration is for the triattention policy, and --policies leaves it out");
   check_model_present(a.model_dir);
-  a.text = held_out_text(a.text, a.model_dir);
   EvalSettings& s = a.settings;
   if (s.calibration.empty()) s.calibration = calibration_file(a.calibration, a.model_dir);
   check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads

@@ -132,7 +132,7 @@ void check_args(const GenerateArgs& a) {
   if (!a.calibration.empty() && a.policy != "triattention")
     throw Error("--calibration is for --policy triattention, not " + a.policy);
   const Sampler checked({a.temperature, a.top_k, a.top_p, a.seed});  // its checks, before the prompt is printed
-  check_outputs_apart({{"--trace", a.trace}}, {{"--calibration", a.calibration}}, a.model_dir);
+  check_outputs_apart({{"--trace", a.trace}}, {calibration_read(a.calibration, a.model_dir)}, a.model_dir);
   if (!a.trace.empty()) check_writable(a.trace);
 }
 

@@ -114,6 +114,11 @@ void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<Name
   }
 }
 
+NamedPath calibration_read(const std::string& calibration, const std::string& model_dir) {
+  if (!calibration.empty() || model_dir.empty()) return {"--calibration", calibration};
+  return {"the model's triattention-calibration.json", calibration_file("", model_dir)};
+}
+
 std::string shown_path(const std::string& path) {
   std::error_code ec;
   const std::filesystem::path cwd = std::filesystem::current_path(ec);

@@ -364,9 +364,11 @@ void run_serve_bench(const ServeBenchArgs& a) {
   check_distinct(a.strategies, "--strategies");
   set_threads(a.threads);
   check_args(a);
+  const std::string model_dir = a.config.empty() ? a.model_dir : "";  // with --config the model is random
   check_outputs_apart({{"--json", a.json}, {"--trace", a.trace}},
-                      {{"--text", held_out_text(a.text, a.model_dir)}, {"--config", a.config}},
-                      a.config.empty() ? a.model_dir : "");
+                      {{"--text", held_out_text(a.text, a.model_dir)}, {"--config", a.config},
+                       calibration_read(a.calibration, model_dir)},
+                      model_dir);
   for (const std::string& out : {a.json, a.trace})
     if (!out.empty()) check_writable(out);  // before the runs, not after them
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
