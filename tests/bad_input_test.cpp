@@ -262,15 +262,18 @@ TEST(BadInput, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
 // full disk) is an error, not exit code 0 with the table lost.
 TEST(BadInput, StandardOutputThatCannotBeWrittenIsAnError) {
   for (const std::string& command :
-       {std::string("simulate --tokens 100"), "memory --config '" + test::source_path("assets/model/config.json") + "'"}) {
+       {std::string("simulate --tokens 100"), "memory --config '" + test::source_path("assets/model/config.json") + "'",
+        std::string("--help"), std::string("simulate --help")}) {
     const test::ProgramRun r = test::run_shell(test::binary_path("kvscope") + " " + command + " 2>&1 >/dev/full");
     EXPECT_EQ(r.code, 1) << command << ": " << r.output;
     EXPECT_EQ(r.output, "kvscope: error: standard output: write failed (disk full?)\n") << command;
   }
-  const test::ProgramRun chapter =
-      test::run_shell(test::binary_path("tutorials/01-the-cache-only-grows") + " 2>&1 >/dev/full");
-  EXPECT_EQ(chapter.code, 1) << chapter.output;
-  EXPECT_EQ(chapter.output, "01-the-cache-only-grows: error: standard output: write failed (disk full?)\n");
+  for (const char* args : {"", " --help"}) {
+    const test::ProgramRun chapter =
+        test::run_shell(test::binary_path("tutorials/01-the-cache-only-grows") + args + " 2>&1 >/dev/full");
+    EXPECT_EQ(chapter.code, 1) << args << ": " << chapter.output;
+    EXPECT_EQ(chapter.output, "01-the-cache-only-grows: error: standard output: write failed (disk full?)\n") << args;
+  }
 }
 
 TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {

@@ -20,11 +20,18 @@ namespace kvscope::tutorial {
 inline int run_chapter(int argc, char** argv, void (*chapter)()) {
   const std::string name = std::filesystem::path(argv[0]).filename().string();  // e.g. 03-evict-87-reclaim-12
   const std::string text = "tutorials/" + name + "/README.md";
+  // The exit code once standard output has what was printed: the numbers (or the help)
+  // were the point, so a write that failed there (a full disk, say) is an error.
+  const auto written = [&name] {
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
+    std::fprintf(stderr, "%s: error: standard output: write failed (disk full?)\n", name.c_str());
+    return 1;
+  };
   if (argc > 1) {
     const std::string arg = argv[1];
     if (arg == "--help" || arg == "-h") {
       std::printf("%s prints the numbers that %s quotes; it takes no arguments\n", argv[0], text.c_str());
-      return 0;
+      return written();
     }
     std::fprintf(stderr, "%s: takes no arguments, got '%s' (it prints the numbers that %s quotes)\n", name.c_str(),
                  arg.c_str(), text.c_str());
@@ -37,11 +44,7 @@ inline int run_chapter(int argc, char** argv, void (*chapter)()) {
     std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
     return 1;
   }
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {  // the numbers were the point
-    std::fprintf(stderr, "%s: error: standard output: write failed (disk full?)\n", name.c_str());
-    return 1;
-  }
-  return 0;
+  return written();
 }
 
 // A file of the repository, by its path from the repository root. The programs

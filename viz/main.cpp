@@ -171,9 +171,7 @@ ModelSource model_source(const Args& a) {
 
 const Scenario& choose_scenario(const Args& a, const ModelSource& m) {
   if (!a.scenario.empty()) {
-    const Scenario* s = find_scenario(a.scenario);
-    if (!s) fail("unknown scenario \"" + a.scenario + "\" (kvscope-viz --list-scenarios lists them)");
-    return *s;
+    return *find_scenario(a.scenario);  // known: run() checked the name
   }
   if (!m.dir.empty()) return *find_scenario("h2o-model");
   std::fprintf(stderr,
@@ -364,6 +362,12 @@ void run_window(App& app, const Args& a, GLFWwindow* window) {
   }
 }
 
+// What it printed (the headline, "wrote FILE.png", a timing table, the help) went to
+// standard output: a write that failed there (a full disk, say) is not exit code 0.
+void check_output_written() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) fail("standard output: write failed (disk full?)");
+}
+
 int run(const Args& a) {
   if (a.list) {
     for (const Scenario& s : scenarios()) std::printf("%-20s %s\n", s.name.c_str(), s.summary.c_str());
@@ -375,6 +379,8 @@ int run(const Args& a) {
   const bool headless = !a.screenshot.empty();
   if (a.verify && !headless) fail("--verify checks a screenshot: give --screenshot FILE.png");
   if (headless) check_writable(a.screenshot);  // before the scenario is recorded
+  if (!a.scenario.empty() && !find_scenario(a.scenario))  // a typo first: no display would not help it
+    fail("unknown scenario \"" + a.scenario + "\" (kvscope-viz --list-scenarios lists them)");
   if (!headless && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY"))
     fail("no display (DISPLAY is not set): write a picture with --screenshot FILE.png (under `xvfb-run -a "
          "kvscope-viz --screenshot FILE.png ...`), or run the window under xvfb-run or on a desktop",
@@ -470,7 +476,11 @@ int main(int argc, char** argv) {
           if (o->count() > 0 && o->get_name() != alone)
             throw kvscope::Error(std::string(alone) + " takes no other option, but " + o->get_name() + " was given");
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return cli.exit(e);  // --help: print it, exit 0
+    if (e.get_exit_code() == 0) {  // --help: print it, exit 0 once it is written
+      cli.exit(e);
+      check_output_written();
+      return 0;
+    }
     fail(kvscope::cli::parse_error_text(e, cli) + " (--help lists the options)");
   } catch (const kvscope::Error& e) {
     fail(e.what());
@@ -481,8 +491,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     fail(e.what());
   }
-  // What it printed (the headline, "wrote FILE.png", a timing table) went to standard
-  // output: a write that failed there (a full disk, say) is not exit code 0.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) fail("standard output: write failed (disk full?)");
+  check_output_written();
   return code;
 }

@@ -130,6 +130,15 @@ void print_warnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
 }
 
+// The exit code once standard output has the tables and the text (or the help): if it
+// could not take them (a full disk, say), the run did not do its job, and exit code 0
+// would hide that.
+static int output_written() {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
+  std::fprintf(stderr, "kvscope: error: standard output: write failed (disk full?)\n");
+  return 1;
+}
+
 // For CLI11's "A subcommand is required": which command wanted one, the word given
 // in its place (`kvscope frobnicate`, `kvscope bench decod`), and the choices.
 static std::string missing_command(const CLI::App& app, int argc, char** argv) {
@@ -165,7 +174,10 @@ int main(int argc, char** argv) {
     kvscope::cli::check_option_values(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help: print it, exit 0
+    if (e.get_exit_code() == 0) {  // --help: print it, exit 0 once it is written
+      app.exit(e);
+      return kvscope::cli::output_written();
+    }
     const std::string what = std::string(e.what()).find("subcommand") != std::string::npos
                                  ? kvscope::cli::missing_command(app, argc, argv)
                                  : kvscope::cli::parse_error_text(e, app);
@@ -181,11 +193,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvscope: error: %s\n", e.what());
     return 1;
   }
-  // The tables and the text went to standard output: if it could not take them
-  // (a full disk, say), the run did not do its job, and exit code 0 would hide that.
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::fprintf(stderr, "kvscope: error: standard output: write failed (disk full?)\n");
-    return 1;
-  }
-  return 0;
+  return kvscope::cli::output_written();
 }
