@@ -22,6 +22,7 @@
 #include "model/config.h"
 #include "util/error.h"
 #include "util/format.h"
+#include "util/memory_check.h"
 #ifdef KVSCOPE_HAVE_CUDA
 #include "cli/bench_gpu_util.h"
 #include "device_array.h"
@@ -56,7 +57,8 @@ struct GpuLayer {
   cuda::PagedKv kv;
 
   GpuLayer(int n, double evict, const DeviceArray<float>& k, const DeviceArray<float>& v, int block_size)
-      : cache((n + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly), seq(cache.add_sequence()) {
+      : cache(int((int64_t(n) + block_size - 1) / block_size), block_size, MemoryStrategy::HolesOnly),
+        seq(cache.add_sequence()) {
     fill_sequence(cache, seq, n, evict, 7);
     live = cache.sequence(seq).live;
     table_of(cache, seq, blocks, slot_pos);
@@ -73,16 +75,20 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
   const ModelConfig c = load_config_file(a.config);
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
   const int block_size = 16, kv_dim = c.kv_dim();
-  std::printf("kvscope bench gpu-attention: one attention layer of %s (%s, %s, head_dim %d), f32 K/V, block size %d\n",
-              shown_path(a.config).c_str(), plural(c.num_heads, "query head").c_str(),
-              plural(c.num_kv_heads, "KV head").c_str(), c.head_dim, block_size);
-  print_gpu_machine(gpu);
-
   // Random K/V for the longest context, shared by every row; random queries.
   int max_n = a.queries;
   for (int n : a.contexts) max_n = std::max(max_n, n);
   for (int n : a.eager_contexts) max_n = std::max(max_n, n);
   const size_t slots = (size_t(max_n) + block_size - 1) / block_size * block_size;
+  // K and V go through one host array on their way up: too big for the host is said
+  // before the table (too big for the device, by cudaMalloc's error at the upload).
+  check_fits_in_memory(slots * kv_dim * sizeof(float), "bench gpu-attention at " + std::to_string(max_n) +
+                                                           " tokens (the K/V, staged on the host)");
+  std::printf("kvscope bench gpu-attention: one attention layer of %s (%s, %s, head_dim %d), f32 K/V, block size %d\n",
+              shown_path(a.config).c_str(), plural(c.num_heads, "query head").c_str(),
+              plural(c.num_kv_heads, "KV head").c_str(), c.head_dim, block_size);
+  print_gpu_machine(gpu);
+
   SplitMix64 rng(42);
   std::vector<float> host(slots * kv_dim);
   DeviceArray<float> k, v;

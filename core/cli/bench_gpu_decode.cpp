@@ -112,6 +112,8 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
   check_distinct(a.sequences, "--sequences");
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-decode");
   const ModelConfig config = load_config_file(a.config);
+  // The random weights are built on the host first: too big for it is said before the table.
+  for (const std::string& w : a.weights) check_random_model_fits(config, w == "bf16" ? DType::BF16 : DType::F32);
   std::printf("kvscope bench gpu-decode: %s (%s parameters), random weights, through the engine on --device cuda\n",
               shown_path(a.config).c_str(), params_text(config.parameter_count()).c_str());
   print_gpu_machine(gpu);
