@@ -298,6 +298,11 @@ TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
   expect_one_line_error("simulate --tokens 1000 --budget 5000 --mode one-shot",
                         "simulate: a one-shot round keeps --budget 5000 tokens, and only 1000 are written: nothing "
                         "would be evicted; raise --tokens, or lower --budget");
+  // And --evict 0, or a fraction of too few tokens to round to one: a table of zeros.
+  expect_one_line_error("simulate --tokens 1000 --evict 0",
+                        "simulate: --evict 0 of 1000 tokens rounds to none: nothing would be evicted; raise --evict or "
+                        "--tokens");
+  expect_one_line_error("simulate --tokens 100 --evict 0.004", "simulate: --evict 0.004 of 100 tokens rounds to none");
 }
 
 TEST(SimulateCommand, OneTokenIsSaidInTheSingular) {

@@ -30,12 +30,16 @@ TEST(Singular, GenerateOfOneTokenCachesItInOneBlock) {
       << r.output;
 }
 
+// (A one-token run evicts its token: with it kept, nothing would be evicted, and that is
+// refused. The sink is a second run's.)
 TEST(Singular, SimulateOfOneTokenWithOneSink) {
-  const ProgramRun r = run_kvscope("simulate --tokens 1 --block-size 1 --evict 0 --sinks 1");
+  const ProgramRun r = run_kvscope("simulate --tokens 1 --block-size 1 --evict 1");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("kvscope simulate: 1 token in blocks of 1: a full cache takes 1 block, "), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("\nprotected: 1 sink, 0 recent\n"), std::string::npos) << r.output;
+  const ProgramRun sink = run_kvscope("simulate --tokens 2 --block-size 1 --evict 0.5 --sinks 1");
+  ASSERT_EQ(sink.code, 0) << sink.output;
+  EXPECT_NE(sink.output.find("\nprotected: 1 sink, 0 recent\n"), std::string::npos) << sink.output;
 }
 
 TEST(Singular, ServeBenchOfOneRequestForOneNewToken) {
