@@ -486,6 +486,19 @@ TEST(ServeBench, APoolOfHolesThatRunsOutKeepsItsTrace) {
   std::remove(path.c_str());
 }
 
+// A strategy whose pool runs out does not take the finished ones with it: their rows
+// are printed, then the error (once the compact row was lost with the holes run).
+TEST(ServeBench, TheStrategiesThatFinishedArePrintedWhenALaterOneRunsOut) {
+  const test::ProgramRun r = test::run_shell(
+      test::binary_path("kvscope") + " serve-bench --model '" + test::tiny_model("tiny-tied") +
+      "' --strategies compact,holes --requests 1 --prompt-len 8 --output-len 300 --blocks 8 --block-size 4 "
+      "--budget 16 --slack 6 --sinks 2 --recent 5 --policy random --chunk 4 --repeat 1 2>/dev/null");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(cell(r.output, "compact", 9), "1") << r.output;  // finished: 1 of 1 request
+  EXPECT_EQ(r.output.find("| holes |"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\nholes did not finish: its pool ran out (below)\n"), std::string::npos) << r.output;
+}
+
 // The peak is taken within a step, after its K/V writes and before the finished
 // requests give their blocks back: these one-token requests hold 2 blocks in every
 // step and none after it (once reported as "0.0 (0)").

@@ -325,6 +325,11 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
                              record ? &events : nullptr, record ? &stopped : nullptr);
       } catch (const PoolExhausted& e) {
         if (bar) std::fputc('\n', stderr);
+        if (r == 0 && !runs.empty()) {  // the strategies that finished are not lost: their rows, then the error
+          std::fputs(markdown_table(runs).c_str(), stdout);
+          std::printf("\n%s did not finish: its pool ran out (below)\n", strategy.c_str());
+          std::fflush(stdout);  // before the error, on stderr
+        }
         if (!record) throw;
         // The run up to the refused step is a whole trace (the step ran nothing): it
         // shows what filled the pool.
