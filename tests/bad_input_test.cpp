@@ -250,8 +250,8 @@ TEST(BadInput, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
   expect_one_line_error("simulate --strategy holes --trace " + nowhere, nowhere + ": cannot write: No such file");
   expect_one_line_error("serve-bench --requests 2 --trace " + nowhere, nowhere + ": cannot write: No such file");
   expect_one_line_error("serve-bench --requests 1048577 --trace " + nowhere,
-                        "--trace: a trace holds at most 1048576 sequences, and each of the 1048577 requests is one (each "
-                        "preemption one more): lower --requests");
+                        "--trace: a trace holds at most 1048576 sequences, and each of the 1048577 requests is one "
+                        "(each preemption one more): lower --requests");
   expect_one_line_error(kTiny + "--prompt hi --trace " + nowhere, nowhere + ": cannot write: No such file");
   expect_one_line_error("simulate --strategy holes --trace /tmp", "/tmp: is a directory, not a file");
   const ProgramRun r = run_kvscope("simulate --strategy holes --trace " + nowhere);
@@ -648,7 +648,8 @@ TEST(BadInput, AnOutputThatWouldDestroyAFileIsRefused) {
   const std::string destroyed = " is the model's triattention-calibration.json, which this run reads";
   expect_one_line_error("generate --model '" + model + "' --prompt hi -n 2 --trace '" + calibration + "'",
                         "--trace " + calibration + destroyed);
-  expect_one_line_error("eval --model '" + model + "' --json '" + calibration + "'", "--json " + calibration + destroyed);
+  expect_one_line_error("eval --model '" + model + "' --json '" + calibration + "'",
+                        "--json " + calibration + destroyed);
   expect_one_line_error("serve-bench --model '" + model + "' --trace '" + calibration + "'",
                         "--trace " + calibration + destroyed);
   EXPECT_EQ(read_file(calibration), "{}\n");

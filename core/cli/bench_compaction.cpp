@@ -95,8 +95,8 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
         std::printf("| %d | %.1f%% | 0 | 0 MB | nothing to move | | | | |\n", bs, 100 * evicted);
         continue;
       }
-      std::printf("| %d | %.1f%% | %zu | %.1f MB | %.2f ms | %.1f | %.2f ms | %.1f | %.0f%% |\n", bs, 100 * evicted, moves,
-                  bytes / 1e6, 1e3 * best_compact, bytes / best_compact / 1e9, 1e3 * best_memcpy,
+      std::printf("| %d | %.1f%% | %zu | %.1f MB | %.2f ms | %.1f | %.2f ms | %.1f | %.0f%% |\n", bs, 100 * evicted,
+                  moves, bytes / 1e6, 1e3 * best_compact, bytes / best_compact / 1e9, 1e3 * best_memcpy,
                   bytes / best_memcpy / 1e9, 100 * best_memcpy / best_compact);
     }
   }

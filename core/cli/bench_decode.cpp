@@ -117,7 +117,8 @@ void print_decode_table(const std::vector<Row>& rows, int prompt_tokens, double 
   std::string kv_share;
   for (size_t i = 0; i < rows.size(); ++i)
     if (i == 0 || rows[i].weights != rows[i - 1].weights)
-      kv_share += (i ? ", " : "") + percent(kv_bytes / (rows[i].bytes_per_token - kv_bytes)) + " (" + rows[i].weights + ")";
+      kv_share += (i ? ", " : "") + percent(kv_bytes / (rows[i].bytes_per_token - kv_bytes)) + " (" +
+                  rows[i].weights + ")";
   std::printf("\nlimit = DRAM read bandwidth / bytes of the weights a decode step reads. Decode runs at a %d-%d token\n"
               "context, where the K/V cache adds %s to the bytes read per token\n"
               "(in the GB column, not in the limit).\n",

@@ -83,8 +83,8 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
       const double copy = gpu_seconds(a.calls, [&] {
         CUDA_CHECK(cudaMemcpy(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice));
       });
-      std::printf("| %d | %.1f%% | %zu | %.1f MB | %.3f ms | %.0f | %.3f ms | %.0f | %.0f%% |\n", n, 100 * evicted, plan.size(),
-                  bytes / 1e6, 1e3 * compact, bytes / compact / 1e9, 1e3 * copy, bytes / copy / 1e9,
+      std::printf("| %d | %.1f%% | %zu | %.1f MB | %.3f ms | %.0f | %.3f ms | %.0f | %.0f%% |\n", n, 100 * evicted,
+                  plan.size(), bytes / 1e6, 1e3 * compact, bytes / compact / 1e9, 1e3 * copy, bytes / copy / 1e9,
                   100 * copy / compact);
     }
   }
