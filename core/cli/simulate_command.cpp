@@ -245,13 +245,13 @@ void run_simulate(const SimulateArgs& a) {
                 std::to_string(base.schedule.slack) + " = " + std::to_string(first_round) + " live tokens, and only " +
                 std::to_string(base.tokens) + " are written: nothing would be evicted; raise --tokens, or lower "
                 "--budget or --slack");
-  if (!base.streaming && base.schedule.budget >= base.tokens)  // likewise: "keeps 5000 tokens" of 1000
-    throw Error("simulate: a one-shot round keeps --budget " + std::to_string(base.schedule.budget) + " tokens, and only " +
-                std::to_string(base.tokens) + " are written: nothing would be evicted; raise --tokens, or lower "
-                "--budget");
-  if (!base.streaming && one_shot_keep(base) >= base.tokens)  // and a table of zeros for --evict 0
-    throw Error("simulate: --evict " + number_text(base.evict_fraction) + " of " + std::to_string(base.tokens) +
-                " tokens rounds to none: nothing would be evicted; raise --evict or --tokens");
+  if (!base.streaming && one_shot_keep(base) >= base.tokens)  // a table of zeros: "keeps 5000 tokens" of 1000
+    throw Error(base.schedule.budget > 0
+                    ? "simulate: a one-shot round keeps --budget " + std::to_string(base.schedule.budget) +
+                          " tokens, and only " + std::to_string(base.tokens) +
+                          " are written: nothing would be evicted; raise --tokens, or lower --budget"
+                    : "simulate: --evict " + number_text(base.evict_fraction) + " of " + std::to_string(base.tokens) +
+                          " tokens rounds to none: nothing would be evicted; raise --evict or --tokens");
   print_setup(a, base);
   std::fflush(stdout);
   const auto results = run_all(a, base, which);
