@@ -555,6 +555,8 @@ TEST(BadInput, BenchmarksTooBigForTheMachineAreRefusedBeforeTheTable) {
                                                                 " tokens (the K/V storage, and memcpy's two buffers): ");
   expect_one_line_error("bench attention --contexts 1024," + big,
                         "not enough memory for bench attention at a context of " + big + " tokens (256 queries; ");
+  expect_one_line_error("bench attention --queries 1 --contexts " + big,
+                        "not enough memory for bench attention at a context of " + big + " tokens (1 query; ");
   expect_one_line_error("bench decode --prompt-tokens 40961",
                         "bench decode: 40961 tokens (--prompt-tokens, or 16 + --decode-tokens) exceed the model's "
                         "max_position_embeddings (40960)");

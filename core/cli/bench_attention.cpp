@@ -61,8 +61,9 @@ void check_fits_longest_context(const ModelConfig& c, const AttentionBenchArgs& 
   const size_t T = std::min(size_t(a.queries), n), hd = size_t(c.head_dim);
   const size_t storage = KvStorage::bytes_per_block(c, block_size) * ((n + block_size - 1) / block_size);
   const size_t eager = size_t(omp_get_max_threads()) * (2 * n * hd + T * n + 2 * T * hd) * sizeof(float);
-  check_fits_in_memory(storage + eager, "bench attention at a context of " + std::to_string(n) + " tokens (" +
-                                            std::to_string(T) + " queries; its K/V and eager's scores)");
+  const std::string queries = std::to_string(T) + (T == 1 ? " query" : " queries");
+  check_fits_in_memory(storage + eager, "bench attention at a context of " + std::to_string(n) + " tokens (" + queries +
+                                            "; its K/V and eager's scores)");
 }
 
 void run_attention_bench(const AttentionBenchArgs& a) {
