@@ -208,6 +208,11 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error(kTiny + "--prompt hi -n 2147483647",
                         "generate: 2 prompt + 2147483647 new tokens need 2147483648 positions (the last new token "
                         "is never fed), more than the model's max_position_embeddings (512)");
+  // Too many positions and too small a pool: the positions are named first. Once the
+  // pool's "raise --kv-memory" came first, and following it led to this error.
+  expect_one_line_error(kTiny + "--prompt hi -n 600 --kv-memory 0.01",
+                        "generate: 2 prompt + 600 new tokens need 601 positions (the last new token is never fed), "
+                        "more than the model's max_position_embeddings (512)");
   // A window no longer than sinks + recent has no other keys to measure ("[36, 0)" before).
   expect_one_line_error("heads --length 0", "heads: sinks + recent (4 + 32) must be fewer than the window's tokens (--length 0)");
   expect_one_line_error("heads --sinks 600", "heads: sinks + recent (600 + 32) must be fewer than the window's tokens (--length 512)");

@@ -184,10 +184,10 @@ void run_generate(const GenerateArgs& a) {
   // prompt, the policy and its calibration (read against config.json).
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const std::vector<int> prompt = prompt_ids(a, tokenizer);
+  const ModelConfig config = load_config_file(a.model_dir + "/config.json");
+  check_positions_fit(config, prompt.size(), a.n);  // before the pool's checks: fixing one error shows no other
   PolicyFactory policy;
-  if (a.budget > 0)
-    policy = policy_factory(a.policy, a.seed, calibration_file(a.calibration, a.model_dir),
-                            load_config_file(a.model_dir + "/config.json"));
+  if (a.budget > 0) policy = policy_factory(a.policy, a.seed, calibration_file(a.calibration, a.model_dir), config);
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   print_warnings(model.warnings);
   GenerateOptions options = generate_options(a, model, tokenizer, prompt.size(), std::move(policy));

@@ -8,19 +8,24 @@
 
 namespace kvscope {
 
+int64_t check_positions_fit(const ModelConfig& c, size_t prompt_tokens, int max_new_tokens) {
+  // The positions fed to the model: the prompt, then every new token but the last
+  // (it is sampled, never fed), as the scheduler counts them. 64 bits: -n may be near INT_MAX.
+  const int64_t total = int64_t(prompt_tokens) + std::max(max_new_tokens - 1, 0);
+  if (total > c.max_position_embeddings)
+    throw Error("generate: " + std::to_string(prompt_tokens) + " prompt + " + plural(max_new_tokens, "new token") +
+                " need " + std::to_string(total) + " positions" +
+                (max_new_tokens > 0 ? " (the last new token is never fed)" : "") + ", more than the model's "
+                "max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
+  return total;
+}
+
 GenerateStats generate(const Model& model, const std::vector<int>& prompt, const GenerateOptions& options,
                        const std::function<void(int token)>& on_token) {
   const ModelConfig& c = model.config;
   if (prompt.empty()) throw Error("generate: the prompt has no tokens");
   if (options.max_new_tokens < 0) throw Error("generate: the number of new tokens must be >= 0");
-  // The positions fed to the model: the prompt, then every new token but the last
-  // (it is sampled, never fed), as the scheduler counts them. 64 bits: -n may be near INT_MAX.
-  const int64_t total = int64_t(prompt.size()) + std::max(options.max_new_tokens - 1, 0);
-  if (total > c.max_position_embeddings)
-    throw Error("generate: " + std::to_string(prompt.size()) + " prompt + " + plural(options.max_new_tokens, "new token") +
-                " need " + std::to_string(total) + " positions" +
-                (options.max_new_tokens > 0 ? " (the last new token is never fed)" : "") + ", more than the model's "
-                "max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
+  const int64_t total = check_positions_fit(c, prompt.size(), options.max_new_tokens);
   const int vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;
 
   EngineConfig config = options.engine;

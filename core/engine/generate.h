@@ -41,6 +41,12 @@ struct GenerateStats {
   double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }
 };
 
+// Throws unless a prompt of `prompt_tokens` and `max_new_tokens` new tokens fit the
+// model's max_position_embeddings (the last new token is sampled, never fed).
+// Returns the positions fed. generate() checks it; kvscope generate checks it first,
+// before the pool, so fixing one error does not reveal another.
+int64_t check_positions_fit(const ModelConfig& c, size_t prompt_tokens, int max_new_tokens);
+
 GenerateStats generate(const Model& model, const std::vector<int>& prompt, const GenerateOptions& options,
                        const std::function<void(int token)>& on_token);
 
