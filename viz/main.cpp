@@ -333,7 +333,9 @@ int write_screenshot(App& app, const Args& a, int width, int height, ImVec2 mous
   if (back.empty() || w != width || h != height) fail(a.screenshot + ": cannot read the PNG back");
   bool ok = false;
   std::fputs(app.verify(back, w, h, ok).c_str(), stdout);
-  return ok ? 0 : 1;
+  std::fflush(stdout);  // the report first, then the error under it
+  if (!ok) fail("--verify: the screenshot does not show the cache's state (the lines above say where)");
+  return 0;
 }
 
 // The window until it is closed, at most 60 frames a second.
