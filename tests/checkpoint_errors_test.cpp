@@ -401,6 +401,12 @@ TEST(Config, AFieldOfTheWrongTypeOrSizeIsNamed) {
   expect_error("hidden_act", json::array({"silu"}), "hidden_act must be a string, got [\"silu\"]");
   expect_error("rms_norm_eps", 1e300, "rms_norm_eps must be a positive number a float holds, got 1e+300");
   expect_error("rms_norm_eps", 0, "rms_norm_eps must be a positive number a float holds, got 0");
+  // RoPE uses float(rope_theta): 1e39 became infinity and left every band but the first
+  // unrotated; 1e-50 became 0 and gave NaN angles. Both generated text, exit 0.
+  expect_error("rope_theta", 1e39, "rope_theta must be a positive number a float holds, got 1e+39");
+  expect_error("rope_theta", 1e-50, "rope_theta must be a positive number a float holds, got 1e-50");
+  expect_error("rope_theta", 0, "rope_theta must be a positive number a float holds, got 0");
+  expect_error("rope_theta", -10000, "rope_theta must be a positive number a float holds, got -10000");
 }
 
 // Each field may be up to 2^30, but not their products: 2^30 layers of head_dim

@@ -133,7 +133,12 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   if (!(eps > 0) || eps > std::numeric_limits<float>::max())
     throw file_error(source, "rms_norm_eps must be a positive number a float holds, got " + j["rms_norm_eps"].dump());
   c.rms_norm_eps = float(eps);
+  // rope_theta stays a double, but RoPE raises float(theta) to a power in f32 (as Hugging
+  // Face computes inv_freq), so it too must be a number a float holds: 1e39 became
+  // infinity (no band but the first rotated), 1e-50 became 0 (infinite frequencies, NaN).
   c.rope_theta = optional_field<double>(j, "rope_theta", c.rope_theta, "a number", source);
+  if (!(c.rope_theta >= std::numeric_limits<float>::min()) || c.rope_theta > std::numeric_limits<float>::max())
+    throw file_error(source, "rope_theta must be a positive number a float holds, got " + j["rope_theta"].dump());
   c.tie_word_embeddings = optional_field<bool>(j, "tie_word_embeddings", false, "true or false", source);
   c.torch_dtype = optional_field<std::string>(j, "torch_dtype", "", "a string", source);  // a hint checked against the tensors
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
@@ -149,8 +154,6 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
                                  std::to_string(c.num_kv_heads) + ")");
   check_sizes(c, source);
   if (c.head_dim % 2 != 0) throw file_error(source, "head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
-  if (!(c.rms_norm_eps > 0) || !(c.rope_theta > 0)) throw file_error(source, "rms_norm_eps and rope_theta must be positive");
-  if (!std::isfinite(c.rope_theta)) throw file_error(source, "rope_theta must be finite, got " + j["rope_theta"].dump());
   if (optional_field<std::string>(j, "hidden_act", "silu", "a string", source) != "silu")
     throw file_error(source, "hidden_act must be \"silu\"");
   require_off(j, "attention_bias", source);
