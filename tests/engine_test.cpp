@@ -10,6 +10,7 @@
 #include "cache/trace.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "eval/eval.h"
 #include "evict/h2o.h"
 #include "evict/oracle.h"
 #include "evict/streaming.h"
@@ -275,6 +276,42 @@ TEST(Engine, GenerateReportsWhatEvictionDid) {
   EXPECT_GT(s.cache.rounds, 0);
   EXPECT_GT(s.cache.evicted_fraction(), 0.5);
   EXPECT_GT(s.cache.blocks_freed_fraction(), 0.5);
+}
+
+// Weights that are all finite can still overflow: a gate row of 3e38 makes the MLP
+// infinite, and the logits NaN. Greedy sampling once took token 0 at every step and
+// generate returned normally; eval compared NaN with NaN and reported 100% top-1
+// agreement with the full cache.
+TEST(Engine, LogitsThatAreNotFiniteAreAnError) {
+  Model m = load_model(test::tiny_model("tiny-tied"), WeightFormat::F32);
+  Matrix& gate = m.weights.layers[0].gate_proj;
+  std::vector<float> huge(gate.f32(), gate.f32() + size_t(gate.rows) * gate.cols);  // [intermediate, hidden]
+  std::fill(huge.begin(), huge.begin() + gate.cols, 3e38f);  // row 0: finite, and far past what a sum holds
+  gate.data = huge.data();
+  const std::string expected = "forward: sequence 0's logits are not finite (token id ";
+
+  GenerateOptions o;
+  o.max_new_tokens = 4;
+  o.sampler.temperature = 0;
+  try {
+    generate(m, {1, 2, 3}, o, [](int) {});
+    ADD_FAILURE() << "generate returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(expected, 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the model's activations overflowed"), std::string::npos) << e.what();
+  }
+  EvalSettings s;
+  s.context = 48;
+  s.continuation = 4;
+  s.keep = {0.5};
+  s.policies = {"streaming"};
+  s.recent = 8;
+  try {
+    evaluate(m, {std::vector<int>(49, 7)}, s);
+    ADD_FAILURE() << "eval returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(expected, 0), 0u) << e.what();
+  }
 }
 
 TEST(Engine, ARecordedRunReplaysToTheSameCache) {

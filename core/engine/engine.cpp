@@ -1,6 +1,8 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 #include "cache/invariants.h"
 #include "cache/kv_storage.h"
@@ -67,11 +69,23 @@ static void observe_options(EvictionPolicy* policy, int T, std::vector<float>* s
   prob_sums = sums;
 }
 
+// Logits that are not finite (activations that overflowed, or NaN or inf weights) are
+// refused. Unchecked, greedy sampling turned NaN logits into token 0 at every step, and
+// eval compared NaN with NaN and reported 100% agreement with the full cache.
+static void check_logits_finite(const float* logits, int vocab, int seq) {  // logits: [vocab]
+  for (int id = 0; id < vocab; ++id)
+    if (!std::isfinite(logits[id]))
+      throw Error("forward: sequence " + std::to_string(seq) + "'s logits are not finite (token id " +
+                  std::to_string(id) + ": " + std::to_string(logits[id]) +
+                  "): the model's activations overflowed, or its weights hold NaN or inf");
+}
+
 const float* Engine::step(int seq, const int* tokens, int T) {
   ForwardOptions options;
   observe_options(policies_.at(seq).get(), T, &prob_sums_, options.attention, options.sum_from, options.prob_sums);
   const float* logits = backend_->forward(cache_, seq, tokens, T, options);
   blocks_after_forward_ = cache_.pool().num_used();
+  check_logits_finite(logits, model_.config.vocab_size, seq);
   after_forward(seq, options.prob_sums ? T - options.sum_from : 0, prob_sums_);
   return logits;
 }
@@ -83,8 +97,10 @@ const float* Engine::step_batch(std::vector<BatchItem> items) {
     observe_options(policies_.at(it.seq).get(), int(it.tokens.size()), &batch_prob_sums_[i], it.attention,
                     it.sum_from, it.prob_sums);
   }
-  const float* logits = backend_->forward_batch(cache_, items);
+  const float* logits = backend_->forward_batch(cache_, items);  // [items, vocab]
   blocks_after_forward_ = cache_.pool().num_used();
+  const int vocab = model_.config.vocab_size;
+  for (size_t i = 0; i < items.size(); ++i) check_logits_finite(logits + i * size_t(vocab), vocab, items[i].seq);
   for (size_t i = 0; i < items.size(); ++i) {
     const BatchItem& it = items[i];
     const int T = int(it.tokens.size());

@@ -38,7 +38,8 @@ std::vector<int64_t> select_keep(const std::vector<int64_t>& pos, const std::vec
   for (int i = 0; i < n; ++i)
     if (std::isnan(scores[i]))
       throw Error("eviction: position " + std::to_string(pos[i]) +
-                  " scored NaN: the model's attention is not finite (its weights may hold NaN or inf)");
+                  " scored NaN: the model's attention is not finite (its activations overflowed, or its "
+                  "weights hold NaN or inf)");
   if (n <= schedule.budget) return pos;
 
   // Protected: the first `sinks` positions and the newest `recent` tokens.
