@@ -705,6 +705,14 @@ TEST(BadInput, SamplingFlagsUnderGreedyDecodingAreAWarning) {
   // Sampling uses them: no warning.
   const std::string sampled = "generate --model '" + test::tiny_model("tiny-tied") + "' --prompt hi -n 2 ";
   EXPECT_EQ(run_kvscope(sampled + "--top-k 5 --top-p 0.9 --seed 3").err.find("warning"), std::string::npos);
+  // Greedy, but --policy random draws its evictions from the seed: no warning for it
+  // (once "--seed: no effect", and seeds 1 and 2 wrote different text).
+  const std::string random = "--prompt hi -n 60 --budget 40 --slack 8 --policy random";
+  const ProgramRun one = run_kvscope(kTiny + random + " --seed 1"), two = run_kvscope(kTiny + random + " --seed 2");
+  EXPECT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(one.err.find("warning"), std::string::npos) << one.err;
+  EXPECT_NE(one.out, two.out) << "the seed chose no other tokens to evict";
+  EXPECT_EQ(run_kvscope(kTiny + random + " --seed 1 --top-k 5").err.rfind("kvscope: warning: --top-k: no effect", 0), 0u);
 }
 
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {

@@ -284,7 +284,8 @@ void add_generate_command(CLI::App& app) {
   CLI::Option* top_p = cmd->add_option("--top-p", args->top_p, "Nucleus sampling: smallest set with this probability")
       ->capture_default_str()
       ->check(number_check(0, true, 1, "(0,1]"));
-  CLI::Option* seed = cmd->add_option("--seed", args->seed, "Random seed: the same seed gives the same text")
+  CLI::Option* seed = cmd->add_option("--seed", args->seed,
+                                        "Random seed of sampling and of --policy random: the same seed gives the same text")
       ->capture_default_str()
       ->check(kNonNegative);  // -1 is not "a random seed" here: it would wrap to 2^64 - 1
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
@@ -329,10 +330,13 @@ void add_generate_command(CLI::App& app) {
     for (const CLI::Option* o : eviction_flags)
       if (args->budget == 0 && o->count() > 0)
         throw Error(o->get_name() + " needs a budget above 0: --budget 0 means no eviction");
-    // Greedy decoding draws nothing: said, not silently ignored.
+    // Greedy decoding draws nothing: said, not silently ignored. (The seed still
+    // draws the tokens --policy random evicts.)
+    const bool seed_evicts = args->budget > 0 && args->policy == "random";
     std::string unused;
     for (const CLI::Option* o : sampling_flags)
-      if (args->temperature == 0 && o->count() > 0) unused += (unused.empty() ? "" : ", ") + o->get_name();
+      if (args->temperature == 0 && o->count() > 0 && !(o->get_name() == "--seed" && seed_evicts))
+        unused += (unused.empty() ? "" : ", ") + o->get_name();
     if (!unused.empty())
       print_warnings({unused + ": no effect with --temperature 0 (greedy: the most likely token at every step)"});
     run_generate(*args);
