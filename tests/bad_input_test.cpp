@@ -731,6 +731,17 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.016307",
                         "a KV memory budget of 16307 bytes is smaller than one block (16384 bytes for 16 tokens)");
   expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory: must be 0 or more, not -1");
+  // Before the weights load (as the README says): a checkpoint cut to 100 bytes is not
+  // read. Once its error came first, and a real checkpoint loaded gigabytes to be refused.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(testing::TempDir()) / "kvscope-pool-before-weights";
+  fs::remove_all(dir);
+  fs::copy(test::tiny_model("tiny-tied"), dir);
+  fs::resize_file(dir / "model.safetensors", 100);
+  expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi --kv-memory 0.01",
+                        "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
+  expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi -n 40 --kv-memory 0.02",
+                        "this run feeds 41 tokens (2 prompt + 40 new - 1), more than the pool can hold: ");
 }
 
 TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {

@@ -152,7 +152,7 @@ std::vector<int> prompt_ids(const GenerateArgs& a, const Tokenizer& tokenizer) {
 // The flags as GenerateOptions: sampling, stopping, the cache (block size, memory
 // strategy, the pool's blocks) and eviction (schedule, policy). Warns when the
 // schedule would never start a round in this run.
-GenerateOptions generate_options(const GenerateArgs& a, const Model& model, const Tokenizer& tokenizer,
+GenerateOptions generate_options(const GenerateArgs& a, const ModelConfig& config, const Tokenizer& tokenizer,
                                  size_t prompt_tokens, PolicyFactory policy) {
   const EvictionSchedule schedule{a.budget, a.slack, a.sinks, a.recent};  // validated by check_args
   if (schedule.enabled() && schedule.round_starts_at() > tokens_fed(prompt_tokens, a.n))
@@ -162,14 +162,14 @@ GenerateOptions generate_options(const GenerateArgs& a, const Model& model, cons
   GenerateOptions options;
   options.max_new_tokens = a.n;
   options.sampler = {a.temperature, a.top_k, a.top_p, a.seed};
-  options.stop_ids = model.config.eos_token_ids;
+  options.stop_ids = config.eos_token_ids;
   options.vocab_limit = tokenizer.vocab_size();
   options.engine.block_size = a.block_size;
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = schedule;
   options.engine.policy = std::move(policy);
   options.engine.num_blocks =
-      a.kv_memory_mb > 0 ? blocks_for_budget(model.config, a.block_size, size_t(std::llround(a.kv_memory_mb * 1e6)))
+      a.kv_memory_mb > 0 ? blocks_for_budget(config, a.block_size, size_t(std::llround(a.kv_memory_mb * 1e6)))
                          : int((prompt_tokens + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
   if (a.kv_memory_mb > 0) check_pool_holds_the_run(a, options.engine.num_blocks, prompt_tokens);
   return options;
@@ -181,16 +181,17 @@ void run_generate(const GenerateArgs& a) {
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   check_model_present(a.model_dir);
   // What can fail without the weights fails before they load: the tokenizer, the
-  // prompt, the policy and its calibration (read against config.json).
+  // prompt, and against config.json the positions, the policy and its calibration,
+  // and the pool --kv-memory holds.
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const std::vector<int> prompt = prompt_ids(a, tokenizer);
   const ModelConfig config = load_config_file(a.model_dir + "/config.json");
   check_positions_fit(config, prompt.size(), a.n);  // before the pool's checks: fixing one error shows no other
   PolicyFactory policy;
   if (a.budget > 0) policy = policy_factory(a.policy, a.seed, calibration_file(a.calibration, a.model_dir), config);
+  GenerateOptions options = generate_options(a, config, tokenizer, prompt.size(), std::move(policy));  // the pool
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   print_warnings(model.warnings);
-  GenerateOptions options = generate_options(a, model, tokenizer, prompt.size(), std::move(policy));
   options.engine.backend = backend;
   EventLog events;
   if (!a.trace.empty()) options.events = &events;
