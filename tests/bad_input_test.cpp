@@ -782,7 +782,13 @@ TEST(BadInput, APoolThatMustRunOutIsRefusedBeforeTheRun) {
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err,
             "kvscope: error: this run feeds 47 tokens (8 prompt + 40 new - 1), more than the pool can hold: --kv-memory "
-            "0.02 MB holds 1 block (16 tokens) and nothing is evicted: raise --kv-memory, or evict with --budget\n");
+            "0.02 MB holds 1 block (16 tokens) and nothing is evicted: raise --kv-memory, or evict with a --budget and "
+            "--slack that add up to at most 16 tokens (and --sinks + --recent, which the budget keeps, below that)\n");
+  // Following that advice finishes the run. (Once it said only "or evict with --budget",
+  // and every budget the defaults allow, 36 and up, was refused again.)
+  const ProgramRun advised = run_kvscope(kTiny + "--prompt 'Once upon' -n 40 --kv-memory 0.02 --budget 8 --slack 8 "
+                                                 "--sinks 2 --recent 4");
+  EXPECT_EQ(advised.code, 0) << advised.err;
   // At the edge: 8 prompt + 9 new - 1 = 16 tokens fed fill the block and finish.
   const ProgramRun full = run_kvscope(kTiny + "--prompt 'Once upon' -n 9 --kv-memory 0.02");
   EXPECT_EQ(full.code, 0) << full.err;

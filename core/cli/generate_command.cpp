@@ -91,7 +91,10 @@ std::string pool_advice(const GenerateArgs& a, int num_blocks, size_t prompt_tok
                            " (" + plural(capacity, "token") + ")";
   if (prompt_tokens > size_t(capacity))
     return pool + ", fewer than the prompt's " + std::to_string(prompt_tokens) + ": raise --kv-memory";
-  if (a.budget == 0) return pool + " and nothing is evicted: raise --kv-memory, or evict with --budget";
+  if (a.budget == 0)  // a round must start (budget + slack live tokens) before the pool is full
+    return pool + " and nothing is evicted: raise --kv-memory, or evict with a --budget and --slack that add up to " +
+           "at most " + plural(capacity, "token") +
+           (a.sinks + a.recent >= capacity ? " (and --sinks + --recent, which the budget keeps, below that)" : "");
   if (a.budget + a.slack > capacity)
     return pool + ", fewer than a round waits for (--budget " + std::to_string(a.budget) + " + --slack " +
            std::to_string(a.slack) + "): lower them, or raise --kv-memory";
