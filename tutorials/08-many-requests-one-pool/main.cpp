@@ -114,9 +114,13 @@ static void blocks_a_sequence_holds(const std::vector<std::string>& strategies, 
     std::printf("  %-8s %5.1f blocks for %.1f sequences: %.1f blocks a sequence\n", strategies[i].c_str(),
                 mean(st.blocks_in_use), mean(st.running), mean(st.blocks_in_use) / mean(st.running));
   }
-  const int kept = schedule.budget + schedule.slack;  // the most a sequence holds under eviction
-  std::printf("  under eviction a sequence holds at most %d tokens: %d blocks when its survivors are packed\n", kept,
-              (kept + kBlockSize - 1) / kBlockSize);
+  // A round runs once a step leaves budget + slack live: the most a decoding sequence
+  // holds. A prefill chunk can land on up to round_starts_at() - 1 live tokens first.
+  const int kept = schedule.round_starts_at();
+  const int prefilling = kept - 1 + kChunk;
+  std::printf("  under eviction a decoding sequence holds at most %d tokens: %d blocks when its survivors are packed\n"
+              "  (one being prefilled, up to %d: a chunk of %d can come before the round)\n",
+              kept, (kept + kBlockSize - 1) / kBlockSize, prefilling, kChunk);
 }
 
 // Part 3: every request preempted in the run without eviction, served again alone
