@@ -4,7 +4,8 @@
 // BlockPool of physical blocks of `block_size` slots, a block table per sequence
 // (logical block i -> physical block), and for every slot the absolute position
 // of the token it holds, or kEmpty. The K/V numbers themselves live in a
-// KvStorage (cache/kv_storage.h) on the CPU, or in GPU memory (model/backend.h);
+// KvStorage (cache/kv_storage.h) on the CPU, or in GPU memory (kernels/cuda_backend.h,
+// behind the interface in model/backend.h);
 // the cache tells the storage which slots to write and which to move.
 //
 // Two lengths per sequence, never confused:

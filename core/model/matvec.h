@@ -18,7 +18,8 @@ namespace kvscope {
 // dense (row stride == cols).  x has cols floats, y has rows floats; y must not
 // overlap W or x.  Accumulation is in f32.  Runs on omp_get_max_threads() OpenMP
 // threads, each taking a few long runs of consecutive rows; small products (under
-// 64Ki weights) and calls from inside a parallel region run on the calling thread.
+// 64Ki multiply-adds: weights x vectors, so the _n forms below go parallel on smaller
+// W) and calls from inside a parallel region run on the calling thread.
 void matvec_f32(const float* W, const float* x, float* y, int rows, int cols);
 
 // The same with W in bfloat16 (raw bits, as stored in the checkpoint).  Each weight
