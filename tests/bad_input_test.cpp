@@ -771,6 +771,36 @@ TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
   EXPECT_EQ(traced.err, want.substr(0, want.size() - 1) + " (the run up to that step: " + path + ")\n");
   test::expect_the_trace_of_a_refused_run(path, /*num_blocks=*/6);
   std::remove(path.c_str());
+  // A trace that cannot be written does not hide the refusal (once only "/dev/full:
+  // write failed" was said, and why the run stopped was lost).
+  const ProgramRun unwritten = run_kvscope(kTiny + "--prompt 'Once upon' -n 300 --kv-memory 0.1 --budget 32 "
+                                                   "--slack 16 --recent 8 --policy random --strategy holes --trace /dev/full");
+  EXPECT_EQ(unwritten.code, 1);
+  EXPECT_EQ(unwritten.err, want.substr(0, want.size() - 1) + " (the trace of the run up to that step was not written: "
+                                                             "/dev/full: write failed (disk full?))\n");
+}
+
+// An output file that cannot be written whole is an error, and what was there before
+// stays. Once eval and serve-bench checked their --json before the bytes left the
+// stream's buffer: "wrote /dev/full", exit 0, and an empty file on a full disk; and a
+// trace that filled the disk replaced the last good one with a part of itself.
+TEST(BadInput, AnOutputThatCannotBeWrittenWholeIsAnErrorAndTheOldFileStays) {
+  const std::string tiny = "--model '" + test::tiny_model("tiny-tied") + "' ";
+  expect_one_line_error("eval " + tiny + "--windows 1 --context 64 --continuation 2 --keep 0.5 --policies streaming "
+                        "--recent 8 --json /dev/full", "/dev/full: write failed (disk full?)");
+  expect_one_line_error("serve-bench " + tiny + "--requests 2 --prompt-len 16 --output-len 8 --repeat 1 --strategies "
+                        "holes --budget 8 --slack 4 --sinks 1 --recent 2 --blocks 16 --block-size 4 --json /dev/full",
+                        "/dev/full: write failed (disk full?)");
+  const std::string path = testing::TempDir() + "last-good.trace";
+  { std::ofstream(path) << "the last good trace"; }
+  // A file size limit of 4 KiB (ulimit -f counts 512-byte blocks in sh) stands in for a full disk.
+  const test::ProgramRun r = test::run_shell("trap '' XFSZ; ulimit -f 8; " + test::binary_path("kvscope") +
+                                             " simulate --tokens 4000 --budget 512 --strategy holes --trace " + path +
+                                             " 2>&1 >/dev/null");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(r.output, "kvscope: error: " + path + ": write failed (disk full?): not written\n");
+  EXPECT_EQ(read_file(path), "the last good trace");
+  std::remove(path.c_str());
 }
 
 TEST(BadInput, APoolThatMustRunOutIsRefusedBeforeTheRun) {

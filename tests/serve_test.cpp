@@ -497,6 +497,15 @@ TEST(ServeBench, TheStrategiesThatFinishedArePrintedWhenALaterOneRunsOut) {
   EXPECT_EQ(cell(r.output, "compact", 9), "1") << r.output;  // finished: 1 of 1 request
   EXPECT_EQ(r.output.find("| holes |"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\nholes did not finish: its pool ran out (below)\n"), std::string::npos) << r.output;
+  // With --json, the error says it was not written (a file from an earlier run stays,
+  // and once looked like this run's).
+  const std::string json = testing::TempDir() + "serve_not_written.json";
+  const test::ProgramRun j = test::run_kvscope(
+      "serve-bench --model '" + test::tiny_model("tiny-tied") + "' --strategies compact,holes --requests 1 "
+      "--prompt-len 8 --output-len 300 --blocks 8 --block-size 4 --budget 16 --slack 6 --sinks 2 --recent 5 "
+      "--policy random --chunk 4 --repeat 1 --json " + json);
+  EXPECT_EQ(j.code, 1);
+  EXPECT_NE(j.output.find("(--json " + json + " not written)\n"), std::string::npos) << j.output;
 }
 
 // The peak is taken within a step, after its K/V writes and before the finished

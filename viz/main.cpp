@@ -380,7 +380,12 @@ int run(const Args& a) {
   parse_size(a.size, width, height);
   const bool headless = !a.screenshot.empty();
   if (a.verify && !headless) fail("--verify checks a screenshot: give --screenshot FILE.png");
-  if (headless) check_writable(a.screenshot);  // before the scenario is recorded
+  if (headless) {  // before the scenario is recorded; a picture over a trace or model file would destroy it
+    std::vector<NamedPath> inputs = {{"--calibration", a.calibration}};
+    for (const std::string& t : a.traces) inputs.emplace_back("--trace", t);
+    check_outputs_apart({{"--screenshot", a.screenshot}}, inputs, a.model.empty() ? bundled_model_dir() : a.model);
+    check_writable(a.screenshot);
+  }
   if (!a.scenario.empty() && !find_scenario(a.scenario))  // a typo first: no display would not help it
     fail("unknown scenario \"" + a.scenario + "\" (kvscope-viz --list-scenarios lists them)");
   if (!headless && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY"))

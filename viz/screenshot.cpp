@@ -4,9 +4,12 @@
 #include <GLFW/glfw3.h>
 
 #include <cstring>
+#include <string>
 
 #include "stb_image.h"
 #include "stb_image_write.h"
+#include "util/error.h"
+#include "util/file.h"
 
 namespace kvscope::viz {
 
@@ -99,7 +102,19 @@ std::string write_png(const std::string& path, const std::vector<uint8_t>& rgba,
   std::vector<uint8_t> rgb(size_t(width) * size_t(height) * 3);
   for (size_t i = 0, j = 0; i < rgba.size(); i += 4, j += 3) std::memcpy(&rgb[j], &rgba[i], 3);
   stbi_write_png_compression_level = 9;
-  if (!stbi_write_png(path.c_str(), width, height, 3, rgb.data(), width * 3)) return path + ": cannot write the PNG";
+  // Encoded in memory, then written and checked here: stbi_write_png ignores its own
+  // write errors, and wrote a PNG cut short to a full disk with success.
+  std::string png;
+  const auto append = [](void* to, void* bytes, int n) {
+    static_cast<std::string*>(to)->append(static_cast<char*>(bytes), size_t(n));
+  };
+  if (!stbi_write_png_to_func(append, &png, width, height, 3, rgb.data(), width * 3))
+    return path + ": cannot encode the PNG";
+  try {
+    write_file_atomically(path, [&](std::ostream& out) { out.write(png.data(), std::streamsize(png.size())); });
+  } catch (const Error& e) {
+    return e.what();
+  }
   return "";
 }
 

@@ -223,19 +223,16 @@ void write_trace(const std::string& path, const TraceHeader& header, const Event
   // What read_trace would refuse is not written (a serve-bench run of 2^20 sequences
   // once wrote a trace its reader refused): the same checks, header and records.
   for (size_t i = 0; i < events.size(); ++i) check_record(events[i], header, i, path);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw file_error(path, "cannot open for writing");
-  const std::string line = header_line(header, events.size());
-  out.write(line.data(), std::streamsize(line.size()));
-
-  std::vector<uint8_t> buf(kChunkEvents * kTraceRecordBytes);
-  for (size_t first = 0; first < events.size(); first += kChunkEvents) {
-    const size_t n = std::min(kChunkEvents, events.size() - first);
-    for (size_t i = 0; i < n; ++i) encode(events[first + i], buf.data() + i * kTraceRecordBytes);
-    out.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(n * kTraceRecordBytes));
-  }
-  out.flush();
-  if (!out) throw file_error(path, "write failed (disk full?)");
+  write_file_atomically(path, [&](std::ostream& out) {  // whole, or the file before stays
+    const std::string line = header_line(header, events.size());
+    out.write(line.data(), std::streamsize(line.size()));
+    std::vector<uint8_t> buf(kChunkEvents * kTraceRecordBytes);
+    for (size_t first = 0; first < events.size(); first += kChunkEvents) {
+      const size_t n = std::min(kChunkEvents, events.size() - first);
+      for (size_t i = 0; i < n; ++i) encode(events[first + i], buf.data() + i * kTraceRecordBytes);
+      out.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(n * kTraceRecordBytes));
+    }
+  });
 }
 
 Trace read_trace(const std::string& path) {

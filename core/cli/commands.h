@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "cli/option_values.h"  // number_check, kFileName
 #include "model/backend.h"
 #include "util/error.h"
+#include "util/file.h"  // check_outputs_apart, NamedPath
 
 namespace kvscope::cli {
 
@@ -71,18 +73,15 @@ void set_threads(int threads);
 constexpr int kMaxThreads = 1024;
 void check_threads(int threads);
 
-// Outputs that would destroy a file: two outputs naming one file (--json and --trace:
-// the second write erased the first), or an output naming a file the run reads (a
-// --trace over the model's safetensors). `outputs` and `inputs` are (flag or name,
-// path); empty paths are skipped; `model_dir`'s config, tokenizer, generation config
-// and safetensors count as inputs. kvscope::Error, before anything is written.
-using NamedPath = std::pair<std::string, std::string>;
-void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
-                         const std::string& model_dir = "");
 // The calibration a run reads, named for check_outputs_apart: ("--calibration", the
 // file given), or the model folder's own when none is (calibrate writes that one, so
 // it is not among every model's inputs).
 NamedPath calibration_read(const std::string& calibration, const std::string& model_dir);
+
+// When a pool runs out: `write` writes the trace of the run up to the refused step to
+// `path`. What to add to the refusal: " (the run up to that step: PATH)", or why the
+// trace could not be written (the refusal is never lost to that second error).
+std::string trace_of_the_refused_run(const std::string& path, const std::function<void()>& write);
 
 // A path as output shows it: relative to the working directory when inside it
 // (so the bundled model's files print the same on every checkout).

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -98,9 +97,7 @@ void run_eval(EvalArgs a) {
               s.recent);
   std::fputs(markdown_table(report).c_str(), stdout);
   if (!a.json.empty()) {
-    std::ofstream out(a.json);
-    out << to_json(report).dump(1) << "\n";
-    if (!out) throw file_error(a.json, "cannot write");
+    write_file_atomically(a.json, [&](std::ostream& out) { out << to_json(report).dump(1) << "\n"; });
     std::printf("\nwrote %s\n", a.json.c_str());
   }
 }

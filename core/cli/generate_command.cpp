@@ -240,11 +240,7 @@ void run_generate(const GenerateArgs& a) {
     end_the_text();
     // The run up to the refused step is a whole trace (the step wrote nothing): it shows
     // what filled the pool.
-    std::string traced;
-    if (!a.trace.empty()) {
-      write_the_trace();
-      traced = " (the run up to that step: " + a.trace + ")";
-    }
+    const std::string traced = a.trace.empty() ? "" : trace_of_the_refused_run(a.trace, write_the_trace);
     if (a.kv_memory_mb > 0)
       throw Error(std::string(e.what()) + ". " + pool_advice(a, options.engine.num_blocks, prompt.size()) + traced);
     if (!traced.empty()) throw Error(std::string(e.what()) + traced);

@@ -80,43 +80,18 @@ void set_threads(int threads) {
   omp_set_num_threads(threads);
 }
 
-namespace {
-
-bool same_file(const std::string& a, const std::string& b) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
-  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
-}
-
-}  // namespace
-
-void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
-                         const std::string& model_dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!model_dir.empty())
-    for (const fs::directory_entry& e : fs::directory_iterator(model_dir, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name == "config.json" || name == "tokenizer.json" || name == "generation_config.json" ||
-          e.path().extension() == ".safetensors")
-        inputs.emplace_back("the model's " + name, e.path().string());
-    }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const auto& [flag, path] = outputs[i];
-    if (path.empty()) continue;
-    for (size_t j = i + 1; j < outputs.size(); ++j)
-      if (!outputs[j].second.empty() && same_file(path, outputs[j].second))
-        throw Error(flag + " and " + outputs[j].first + " both name " + path + ": each output needs a file of its own");
-    for (const auto& [name, input] : inputs)
-      if (!input.empty() && same_file(path, input))
-        throw Error(flag + " " + path + " is " + name + ", which this run reads: writing it would destroy it");
-  }
-}
-
 NamedPath calibration_read(const std::string& calibration, const std::string& model_dir) {
   if (!calibration.empty() || model_dir.empty()) return {"--calibration", calibration};
   return {"the model's triattention-calibration.json", calibration_file("", model_dir)};
+}
+
+std::string trace_of_the_refused_run(const std::string& path, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const Error& e) {
+    return " (the trace of the run up to that step was not written: " + std::string(e.what()) + ")";
+  }
+  return " (the run up to that step: " + path + ")";
 }
 
 std::string shown_path(const std::string& path) {

@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -330,11 +329,12 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
           std::printf("\n%s did not finish: its pool ran out (below)\n", strategy.c_str());
           std::fflush(stdout);  // before the error, on stderr
         }
-        if (!record) throw;
         // The run up to the refused step is a whole trace (the step ran nothing): it
-        // shows what filled the pool.
-        write_the_trace(stopped);
-        throw PoolExhausted(std::string(e.what()) + " (the run up to that step: " + a.trace + ")");
+        // shows what filled the pool. No --json: the finished rows are above.
+        std::string what = e.what();
+        if (record) what += trace_of_the_refused_run(a.trace, [&] { write_the_trace(stopped); });
+        if (!a.json.empty()) what += " (--json " + a.json + " not written)";
+        throw PoolExhausted(what);
       }
       if (bar) std::fputc('\n', stderr);
       seconds[i].push_back(run.seconds);
@@ -358,9 +358,7 @@ void print_results(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   // Said from the engines that ran, not from --device: a fall-back to the CPU would show.
   if (!runs.empty() && runs[0].backend != "cpu") std::printf("the model ran on the %s backend\n", runs[0].backend.c_str());
   if (!a.json.empty()) {
-    std::ofstream out(a.json);
-    out << to_json(a, runs).dump(1) << "\n";
-    if (!out) throw file_error(a.json, "cannot write");
+    write_file_atomically(a.json, [&](std::ostream& out) { out << to_json(a, runs).dump(1) << "\n"; });
     std::printf("wrote %s\n", a.json.c_str());
   }
 }

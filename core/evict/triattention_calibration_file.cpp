@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -160,12 +159,8 @@ void TriCalibration::save(const std::string& path) const {
   write_array(out, "q_abs_mean", *this, q_abs_mean);
   out << "\n}\n";
 
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw file_error(path, std::string("cannot open for writing: ") + std::strerror(errno));
   const std::string s = out.str();
-  f.write(s.data(), std::streamsize(s.size()));
-  f.close();
-  if (!f) throw file_error(path, "write failed");
+  write_file_atomically(path, [&](std::ostream& f) { f.write(s.data(), std::streamsize(s.size())); });
 }
 
 namespace {

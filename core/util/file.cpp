@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -62,6 +63,69 @@ void check_writable(const std::string& path) {
   if (fd < 0) throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
   ::close(fd);
   if (!existed) ::unlink(path.c_str());
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream& out)>& write) {
+  check_not_a_directory(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {  // a device or a pipe: no rename
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw file_error(path, std::string("cannot open for writing: ") + std::strerror(errno));
+    write(out);
+    out.close();
+    if (!out) throw file_error(path, "write failed (disk full?)");
+    return;
+  }
+  const std::string target = absolute_path(path);  // through a symbolic link, to its file
+  const std::string temp = target + ".tmp-" + std::to_string(::getpid());
+  std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+  if (!out) throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
+  try {
+    write(out);
+  } catch (...) {
+    out.close();
+    ::unlink(temp.c_str());
+    throw;
+  }
+  out.close();
+  if (!out || ::rename(temp.c_str(), target.c_str()) != 0) {
+    ::unlink(temp.c_str());
+    throw file_error(path, "write failed (disk full?): not written");
+  }
+}
+
+namespace {
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+}  // namespace
+
+void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
+                         const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!model_dir.empty())
+    for (const fs::directory_entry& e : fs::directory_iterator(model_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name == "config.json" || name == "tokenizer.json" || name == "generation_config.json" ||
+          e.path().extension() == ".safetensors")
+        inputs.emplace_back("the model's " + name, e.path().string());
+    }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [flag, path] = outputs[i];
+    if (path.empty()) continue;
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[j].second.empty() && same_file(path, outputs[j].second))
+        throw Error(flag + " and " + outputs[j].first + " both name " + path + ": each output needs a file of its own");
+    for (const auto& [name, input] : inputs)
+      if (!input.empty() && same_file(path, input))
+        throw Error(flag + " " + path + " is " + name + ", which this run reads: writing it would destroy it");
+  }
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {

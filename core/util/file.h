@@ -2,7 +2,11 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kvscope {
 
@@ -26,6 +30,22 @@ void check_not_a_directory(const std::string& path);
 // without truncating it, and removes it again if it did not exist. kvscope::Error
 // naming the file (a directory, a missing folder, no permission).
 void check_writable(const std::string& path);
+
+// Writes `path` whole or not at all: `write` fills a temporary file beside it, which
+// is renamed over `path` once every byte is written and closed. A failed write (disk
+// full) leaves what was at `path` before, and no temporary file; a symbolic link
+// stays one, to the file it names. A device or pipe (/dev/stdout) is written directly.
+// kvscope::Error "PATH: write failed (disk full?): not written" when it fails.
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream& out)>& write);
+
+// Outputs that would destroy a file: two outputs naming one file (--json and --trace:
+// the second write erased the first), or an output naming a file the run reads (a
+// --trace over the model's safetensors). `outputs` and `inputs` are (flag or name,
+// path); empty paths are skipped; `model_dir`'s config, tokenizer, generation config
+// and safetensors count as inputs. kvscope::Error, before anything is written.
+using NamedPath = std::pair<std::string, std::string>;
+void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
+                         const std::string& model_dir = "");
 
 // A read-only, private memory map of a whole file. Move-only; unmaps on destruction.
 class MappedFile {

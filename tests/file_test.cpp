@@ -1,0 +1,80 @@
+// Writing an output file whole or not at all (util/file.h write_file_atomically).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "util/error.h"
+#include "util/file.h"
+
+namespace kvscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::path(testing::TempDir()) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write_text(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(WriteFileAtomically, WritesTheWholeFile) {
+  const fs::path dir = fresh_dir("kvscope-atomic-whole");
+  const std::string path = (dir / "out.json").string();
+  write_file_atomically(path, [](std::ostream& out) { out << "new"; });
+  EXPECT_EQ(read_file(path), "new");
+  write_text(path, "old, and longer than new");
+  write_file_atomically(path, [](std::ostream& out) { out << "new"; });
+  EXPECT_EQ(read_file(path), "new");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // no temporary left
+}
+
+// Once every output was opened with truncation and written in place: a disk that
+// filled up half-way left a file cut short where the last good one had been.
+TEST(WriteFileAtomically, AFailedWriteLeavesTheFileBeforeIt) {
+  const fs::path dir = fresh_dir("kvscope-atomic-failed");
+  const std::string path = (dir / "run.trace").string();
+  write_text(path, "the last good trace");
+  try {
+    write_file_atomically(path, [](std::ostream& out) {
+      out << "half of a new one";
+      out.setstate(std::ios::badbit);  // what a full disk does to the stream
+    });
+    ADD_FAILURE() << "a failed write was not reported";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": write failed (disk full?): not written");
+  }
+  EXPECT_EQ(read_file(path), "the last good trace");
+  // A writer that throws: its error, and the same file.
+  EXPECT_THROW(write_file_atomically(path, [](std::ostream&) { throw Error("the writer's own error"); }), Error);
+  EXPECT_EQ(read_file(path), "the last good trace");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // no temporary left
+}
+
+TEST(WriteFileAtomically, ALinkStaysALinkToItsFile) {
+  const fs::path dir = fresh_dir("kvscope-atomic-link");
+  write_text(dir / "real.json", "old");
+  fs::create_symlink(dir / "real.json", dir / "link.json");
+  write_file_atomically((dir / "link.json").string(), [](std::ostream& out) { out << "new"; });
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  EXPECT_EQ(read_file((dir / "real.json").string()), "new");
+}
+
+// A device is written, not replaced: renaming a file over /dev/full would need root
+// and break the machine; writing to it fails, and says so.
+TEST(WriteFileAtomically, ADeviceIsWrittenDirectly) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full on this machine";
+  EXPECT_THROW(write_file_atomically("/dev/full", [](std::ostream& out) { out << "bytes"; }), Error);
+  EXPECT_TRUE(fs::is_character_file("/dev/full"));
+  write_file_atomically("/dev/null", [](std::ostream& out) { out << "bytes"; });
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
+}  // namespace
+}  // namespace kvscope
