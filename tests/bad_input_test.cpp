@@ -712,7 +712,8 @@ TEST(BadInput, SamplingFlagsUnderGreedyDecodingAreAWarning) {
   EXPECT_EQ(one.code, 0) << one.err;
   EXPECT_EQ(one.err.find("warning"), std::string::npos) << one.err;
   EXPECT_NE(one.out, two.out) << "the seed chose no other tokens to evict";
-  EXPECT_EQ(run_kvscope(kTiny + random + " --seed 1 --top-k 5").err.rfind("kvscope: warning: --top-k: no effect", 0), 0u);
+  EXPECT_EQ(run_kvscope(kTiny + random + " --seed 1 --top-k 5").err.rfind("kvscope: warning: --top-k: no effect", 0),
+            0u);
 }
 
 TEST(BadInput, KvMemoryTooSmallForOneBlock) {
@@ -773,8 +774,8 @@ TEST(BadInput, PoolExhaustedMidGenerationRefusesTheStep) {
   std::remove(path.c_str());
   // A trace that cannot be written does not hide the refusal (once only "/dev/full:
   // write failed" was said, and why the run stopped was lost).
-  const ProgramRun unwritten = run_kvscope(kTiny + "--prompt 'Once upon' -n 300 --kv-memory 0.1 --budget 32 "
-                                                   "--slack 16 --recent 8 --policy random --strategy holes --trace /dev/full");
+  const ProgramRun unwritten = run_kvscope(kTiny + "--prompt 'Once upon' -n 300 --kv-memory 0.1 --budget 32 --slack 16 "
+                                                   "--recent 8 --policy random --strategy holes --trace /dev/full");
   EXPECT_EQ(unwritten.code, 1);
   EXPECT_EQ(unwritten.err, want.substr(0, want.size() - 1) + " (the trace of the run up to that step was not written: "
                                                              "/dev/full: write failed (disk full?))\n");

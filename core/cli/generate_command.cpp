@@ -284,8 +284,8 @@ void add_generate_command(CLI::App& app) {
   CLI::Option* top_p = cmd->add_option("--top-p", args->top_p, "Nucleus sampling: smallest set with this probability")
       ->capture_default_str()
       ->check(number_check(0, true, 1, "(0,1]"));
-  CLI::Option* seed = cmd->add_option("--seed", args->seed,
-                                        "Random seed of sampling and of --policy random: the same seed gives the same text")
+  CLI::Option* seed = cmd->add_option(
+      "--seed", args->seed, "Random seed of sampling and of --policy random: the same seed gives the same text")
       ->capture_default_str()
       ->check(kNonNegative);  // -1 is not "a random seed" here: it would wrap to 2^64 - 1
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
