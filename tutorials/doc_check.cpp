@@ -394,7 +394,9 @@ void check_links(Page& page) {
 
 // --update: the file again, with each console block's body replaced by today's.
 //   new_bodies: (index into page.blocks, body), in file order
-void write_new_bodies(const Page& page, const std::vector<std::pair<size_t, std::vector<std::string>>>& new_bodies) {
+// Written to a temporary file and renamed over the page, so a full disk cannot leave
+// it cut short. Returns false (and says so) when it could not be written.
+bool write_new_bodies(const Page& page, const std::vector<std::pair<size_t, std::vector<std::string>>>& new_bodies) {
   std::vector<std::string> out;
   size_t next = 0;
   for (const auto& [bi, body] : new_bodies) {
@@ -404,9 +406,18 @@ void write_new_bodies(const Page& page, const std::vector<std::pair<size_t, std:
     next = b.close;
   }
   out.insert(out.end(), page.lines.begin() + next, page.lines.end());
-  std::ofstream f(page.path, std::ios::binary);
+  const fs::path temp = page.path.string() + ".update";
+  std::ofstream f(temp, std::ios::binary);
   for (const std::string& l : out) f << l << "\n";
+  f.close();
+  std::error_code ec;
+  if (!f || (fs::rename(temp, page.path, ec), ec)) {
+    fs::remove(temp, ec);
+    std::cout << page.name << ": cannot write the updated page (disk full?); it is as it was\n";
+    return false;
+  }
   std::cout << page.name << ": quoted output updated\n";
+  return true;
 }
 
 bool check_file(const std::string& name, const Options& o) {
@@ -438,7 +449,7 @@ bool check_file(const std::string& name, const Options& o) {
   if (any_console) check_prose_numbers(page, printed);
   check_links(page);
 
-  if (o.update && !new_bodies.empty()) write_new_bodies(page, new_bodies);
+  if (o.update && !new_bodies.empty() && !write_new_bodies(page, new_bodies)) page.ok = false;
   if (page.ok) std::cout << name << ": ok\n";
   return page.ok;
 }
