@@ -92,8 +92,10 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
     if (!any_visible) continue;  // a hole or a later token in every slot: the tile adds nothing
     for (int e = threadIdx.x; e < kKeyTile * hd; e += blockDim.x) {
       const int jj = e / hd, d = e % hd, j = j0 + jj;
+      // A hole or an unwritten slot is never read: its P is 0, but 0 * (a stale NaN or
+      // inf) is NaN, and the paged and eager kernels skip such slots too.
       float kx = 0.0f, vx = 0.0f;
-      if (j < kv.table_slots) {
+      if (key_pos[jj] >= 0) {  // -1 also past the table's end
         const size_t row = slot_row(kv.block_table, kv.block_size, j) * kv_dim + size_t(kv_head) * hd;
         kx = kv.k[row + d];
         vx = kv.v[row + d];

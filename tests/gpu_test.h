@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -78,9 +79,26 @@ struct RandomPagedCache {
     for (int i = 0; i < refill; ++i) cache.append(seq);
     kv.k = random_floats(kv.k.size(), seed + 1);
     kv.v = random_floats(kv.v.size(), seed + 2);
+    refresh_table();
+    poison_empty_slots();
     k.upload(kv.k);
     v.upload(kv.v);
-    refresh_table();
+  }
+
+  // NaN in every slot of the table that holds no token (holes, the tail's unwritten
+  // slots), every layer: a kernel must never read them. Once the flash kernel loaded
+  // them and multiplied by P = 0, and 0 * NaN is NaN.
+  void poison_empty_slots() {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t j = 0; j < slot_pos.size(); ++j) {
+      if (slot_pos[j] >= 0) continue;
+      const size_t slot = size_t(blocks[j / size_t(kv.block_size)]) * kv.block_size + j % size_t(kv.block_size);
+      for (int l = 0; l < c.num_layers; ++l)
+        for (int d = 0; d < kv.kv_dim; ++d) {
+          kv.k[l * layer_floats() + slot * kv.kv_dim + d] = nan;
+          kv.v[l * layer_floats() + slot * kv.kv_dim + d] = nan;
+        }
+    }
   }
 
   void refresh_table() {
