@@ -10,12 +10,16 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <new>
+#include <stdexcept>
 #include <vector>
 
 #include "model/attention.h"
 #include "model/config.h"
 #include "scoped_threads.h"
 #include "test_paths.h"
+#include "util/omp_errors.h"
 #include "util/splitmix64.h"
 
 namespace kvscope {
@@ -209,6 +213,55 @@ TEST(Attention, FlashGivesTheSameBitsOnOneOrTwoThreads) {
             << keys.slots.size() << " keys, " << T << " queries, element " << i;
     }
   }
+}
+
+// An exception cannot leave an OpenMP region (std::terminate): OmpErrors keeps the
+// first one thrown inside and throws it after the region.
+TEST(OmpErrors, AnExceptionInARegionReachesTheCaller) {
+  for (int threads : {1, 2}) {
+    const test::ScopedThreads scoped(threads);
+    OmpErrors errors;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < 8; ++i) errors.run([&] {
+      if (i == 5) throw std::runtime_error("item 5");
+    });
+    try {
+      errors.rethrow();
+      ADD_FAILURE() << "nothing was rethrown on " << threads << " thread(s)";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "item 5");
+    }
+  }
+  OmpErrors none;
+  none.run([] {});
+  EXPECT_NO_THROW(none.rethrow());
+}
+
+// Eager attention's P is [queries x keys] floats per thread; one that cannot be
+// allocated (here 4 TB) is std::bad_alloc to the caller, which main prints as
+// "kvscope: error: out of memory". Inside the parallel region it once ended the
+// program: "terminate called without an active exception".
+TEST(Attention, EagerOutOfMemoryReachesTheCaller) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer stops the program at an allocation it cannot make";
+#else
+  std::string overcommit;
+  std::ifstream("/proc/sys/vm/overcommit_memory") >> overcommit;
+  if (overcommit != "0" && overcommit != "2")
+    GTEST_SKIP() << "vm.overcommit_memory is " << overcommit << ": a 4 TB allocation might succeed here";
+  const AttentionShape shape{1, 1, 2};
+  const Cache cache({shape, 1, MemoryStrategy::HolesOnly}, 1);
+  const int n = 1 << 20;  // keys, all the same slot: K and V take 8 MB each, P 4 TB
+  LiveSlots keys;
+  keys.slots.assign(n, SlotRef{cache.cache.sequence(cache.seq).blocks[0], 0});
+  keys.pos.assign(n, 0);
+  keys.table_index.assign(n, 0);
+  const int T = n;
+  std::vector<float> q(size_t(T) * shape.head_dim, 1.0f), out(q.size());
+  const std::vector<int64_t> q_pos(size_t(T), 0);
+  EXPECT_THROW(attention_eager(out.data(), q.data(), q_pos.data(), T, keys, cache.kv, 0, shape, 0, nullptr, 0),
+               std::bad_alloc);
+#endif
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/omp_errors.h"
+
 namespace kvscope {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -51,9 +53,10 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
 
   // One work item: a tile of queries and one KV head. Its rows are every (query, head
   // of the group) pair, and each K and V row is loaded once for all of them.
+  OmpErrors errors;  // out of memory in a work item: rethrown after the region
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (work > kMinParallelAttention)
   for (int qt = 0; qt < query_tiles; ++qt) {
-    for (int g = 0; g < shape.n_kv_heads; ++g) {
+    for (int g = 0; g < shape.n_kv_heads; ++g) errors.run([&] {
       const int t0 = qt * kQueryTile, tile_T = std::min(kQueryTile, T - t0);
       const int rows = tile_T * group;  // row r: query t0 + r / group, head g * group + r % group
       const int kv_off = g * hd;
@@ -117,8 +120,9 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
         O.noalias() += St * Vt;
       }
       for (int r = 0; r < rows; ++r) Eigen::Map<Eigen::RowVectorXf>(out + row_of(r), hd) = O.row(r) / l[r];
-    }
+    });
   }
+  errors.rethrow();
 }
 
 void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, const LiveSlots& keys,
@@ -129,8 +133,9 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
   const int n = int(keys.slots.size());
   const float scale = 1.0f / std::sqrt(float(hd));
 
+  OmpErrors errors;  // P alone is T x n floats: out of memory is rethrown after the region
 #pragma omp parallel for schedule(dynamic, 1) if (double(T) * n * hd * shape.n_heads > kMinParallelAttention)
-  for (int g = 0; g < shape.n_kv_heads; ++g) {
+  for (int g = 0; g < shape.n_kv_heads; ++g) errors.run([&] {
     // Gather this KV head's keys and values into contiguous [n, hd] matrices.
     RowMatrix K(n, hd), V(n, hd);
     for (int j = 0; j < n; ++j) {
@@ -159,7 +164,8 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
       RowMatrix O = P * V;
       for (int t = 0; t < T; ++t) std::copy_n(O.row(t).data(), hd, out + size_t(t) * q_dim + size_t(h) * hd);
     }
-  }
+  });
+  errors.rethrow();
 }
 
 void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots,
@@ -167,8 +173,9 @@ void key_scores(double* raw, const float* w, const float* gap, const std::vector
   const int L = kv.num_layers, H = shape.n_heads, G = shape.n_heads / shape.n_kv_heads, d = shape.head_dim,
             half = d / 2;
   const int n = int(slots.size());
+  OmpErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) if (double(L) * H * n * d > kMinParallelAttention)
-  for (int l = 0; l < L; ++l) {
+  for (int l = 0; l < L; ++l) errors.run([&] {
     std::vector<double> kabs(static_cast<size_t>(half));
     for (int i = 0; i < n; ++i) {
       const float* key = kv.key(l, slots[i]);
@@ -185,7 +192,8 @@ void key_scores(double* raw, const float* w, const float* gap, const std::vector
         }
       }
     }
-  }
+  });
+  errors.rethrow();
 }
 
 }  // namespace kvscope

@@ -8,6 +8,7 @@
 
 #include "model/bf16.h"
 #include "model/matvec.h"
+#include "util/omp_errors.h"
 
 namespace kvscope {
 
@@ -53,22 +54,26 @@ void matmul(float* out, const float* x, const Matrix& W, int T) {
   constexpr int kBand = 256;  // weight rows per band
   const int bands = (W.rows + kBand - 1) / kBand;
   const ConstMap X(x, T, W.cols);  // [T, cols]
+  OmpErrors errors;  // an exception cannot leave the region (Eigen's scratch, `widened`): rethrown after it
 #pragma omp parallel if (bands > 1)
   {
-    std::vector<float> widened(W.dtype == DType::BF16 ? size_t(kBand) * W.cols : 0);  // [kBand, cols]
+    std::vector<float> widened;  // [kBand, cols]  this thread's BF16 band in f32
 #pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < bands; ++b) {
+    for (int b = 0; b < bands; ++b) errors.run([&] {
       const int r0 = b * kBand, rows = std::min(kBand, W.rows - r0);
-      const float* band = widened.data();  // [rows, cols]
+      const float* band = nullptr;  // [rows, cols]
       if (W.dtype == DType::F32) {
         band = W.f32() + size_t(r0) * W.cols;
       } else {
+        widened.resize(size_t(kBand) * W.cols);  // once per thread
         const uint16_t* src = W.bf16() + size_t(r0) * W.cols;
         for (size_t i = 0; i < size_t(rows) * W.cols; ++i) widened[i] = bf16_to_f32(src[i]);
+        band = widened.data();
       }
       Map(out + r0, T, rows, Eigen::OuterStride<>(W.rows)).noalias() = X * ConstMap(band, rows, W.cols).transpose();
-    }
+    });
   }
+  errors.rethrow();
 }
 
 void matmul_rows(float* out, const float* x, const Matrix& W, int T) {

@@ -6,6 +6,7 @@
 #include "model/ops.h"
 #include "util/error.h"
 #include "util/format.h"
+#include "util/omp_errors.h"
 
 namespace kvscope {
 
@@ -102,8 +103,10 @@ static void layer_forward(const Step& st, const LayerWeights& w, int layer) {
   // Sequences are independent here (own rows, own slots, own keys): several at once
   // share the threads one by one; a lone one uses them inside attention.
   const int n = int(st.pieces.size());
+  OmpErrors errors;  // an exception cannot leave the region: rethrown after it
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-  for (int i = 0; i < n; ++i) piece_attention(st, st.pieces[size_t(i)], layer);
+  for (int i = 0; i < n; ++i) errors.run([&] { piece_attention(st, st.pieces[size_t(i)], layer); });
+  errors.rethrow();
   linear(st, s.h.data(), s.att.data(), w.o_proj);
   add_inplace(s.x.data(), s.h.data(), T * d);
 
