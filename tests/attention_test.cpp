@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "scoped_threads.h"
 #include "test_paths.h"
+#include "util/error.h"
 #include "util/omp_errors.h"
 #include "util/splitmix64.h"
 
@@ -235,6 +236,23 @@ TEST(OmpErrors, AnExceptionInARegionReachesTheCaller) {
   OmpErrors none;
   none.run([] {});
   EXPECT_NO_THROW(none.rethrow());
+}
+
+// Eager attention's scratch is asked for before the forward pass changes anything: a
+// million queries over a million keys (4 TB of P) is refused by name and size.
+TEST(Attention, EagerScratchTooLargeForTheMachineIsRefusedByName) {
+  const test::ScopedThreads scoped(1);
+  try {
+    check_eager_attention_fits(1 << 20, 1 << 20, 128);
+    ADD_FAILURE() << "4 TB of eager scratch was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("not enough memory for eager attention's probabilities (1,048,576 queries x "
+                                          "1,048,576 keys, on each of 1 thread; H2O and SnapKV need them): 4400.19 GB needed",
+                                          0),
+              0u)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_eager_attention_fits(512, 512, 128));  // 1 MB
 }
 
 // Eager attention's P is [queries x keys] floats per thread; one that cannot be

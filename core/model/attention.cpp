@@ -3,7 +3,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <omp.h>
 
+#include "util/format.h"
+#include "util/memory_check.h"
 #include "util/omp_errors.h"
 
 namespace kvscope {
@@ -166,6 +169,16 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
     }
   });
   errors.rethrow();
+}
+
+void check_eager_attention_fits(int64_t T, int64_t n, int head_dim) {
+  const int threads = omp_get_max_threads();
+  const double floats = double(T) * double(n) + 2.0 * double(n) * head_dim + 2.0 * double(T) * head_dim;
+  const double bytes = double(threads) * floats * sizeof(float);
+  check_fits_in_memory(size_t(std::min(bytes, 1e18)),  // in double: must not wrap around
+                       "eager attention's probabilities (" + commas(T) + (T == 1 ? " query x " : " queries x ") +
+                           commas(n) + (n == 1 ? " key" : " keys") + ", on each of " + plural(threads, "thread") +
+                           "; H2O and SnapKV need them)");
 }
 
 void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots,

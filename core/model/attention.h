@@ -59,6 +59,13 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
                      const KvStorage& kv, int layer, AttentionShape shape, int sum_from, float* prob_sums,
                      int table_slots);
 
+// Eager attention's scratch for T queries over n keys against the machine's memory:
+// P [T, n] floats, with copies of one KV head's K and V [n, head_dim] and of its
+// queries and output [T, head_dim], on each OpenMP thread. kvscope::Error "not enough
+// memory for eager attention's probabilities (...)" when it cannot fit; the forward
+// pass asks before it changes anything (a long prompt under H2O or SnapKV).
+void check_eager_attention_fits(int64_t T, int64_t n, int head_dim);
+
 // TriAttention's key scores (evict/triattention.h): the n keys at `slots` against
 // per-head vectors, in every layer:
 //   raw[(l * n_heads + h) * n + i] = w[l, h] . k_i + gap[l, h] . |k_i|

@@ -196,6 +196,8 @@ const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int
                      int T, const ForwardOptions& options) {
   const ModelConfig& c = model.config;
   const Weights& w = model.weights;
+  if (options.attention == AttentionPath::Eager)  // before the tokens are placed: nothing changes
+    check_eager_attention_fits(T, int64_t(cache.sequence(seq).live) + T, c.head_dim);
   std::vector<Piece> pieces(1);
   pieces[0] = {0, T, place_tokens(c, cache, seq, tokens, T), options.attention, options.sum_from, options.prob_sums};
   s.reserve(c, T, options.all_logits ? T : 1);
@@ -212,6 +214,10 @@ const float* forward_batch(const Model& model, PagedKvCache& cache, KvStorage& k
                            const std::vector<BatchItem>& items) {
   const ModelConfig& c = model.config;
   const Weights& w = model.weights;
+  for (const BatchItem& it : items)  // before anything is placed
+    if (it.attention == AttentionPath::Eager)
+      check_eager_attention_fits(int64_t(it.tokens.size()), int64_t(cache.sequence(it.seq).live) + int64_t(it.tokens.size()),
+                                 c.head_dim);
   std::vector<Placement> placed = place_batch(c, cache, items);
   // Rows: the decode items first (one each), then the prefill chunks.
   std::vector<size_t> order;  // items in row order
