@@ -215,9 +215,10 @@ const float* forward_batch(const Model& model, PagedKvCache& cache, KvStorage& k
   const ModelConfig& c = model.config;
   const Weights& w = model.weights;
   for (const BatchItem& it : items)  // before anything is placed
-    if (it.attention == AttentionPath::Eager)
-      check_eager_attention_fits(int64_t(it.tokens.size()), int64_t(cache.sequence(it.seq).live) + int64_t(it.tokens.size()),
-                                 c.head_dim);
+    if (it.attention == AttentionPath::Eager) {
+      const int64_t T = int64_t(it.tokens.size());
+      check_eager_attention_fits(T, int64_t(cache.sequence(it.seq).live) + T, c.head_dim);
+    }
   std::vector<Placement> placed = place_batch(c, cache, items);
   // Rows: the decode items first (one each), then the prefill chunks.
   std::vector<size_t> order;  // items in row order
