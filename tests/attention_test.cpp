@@ -250,7 +250,8 @@ TEST(Attention, EagerScratchTooLargeForTheMachineIsRefusedByName) {
                              "keys, on each of 1 thread; H2O and SnapKV need them): 4400.19 GB needed";
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
-  EXPECT_NO_THROW(check_eager_attention_fits(512, 512, 128));  // 1 MB
+  EXPECT_NO_THROW(check_eager_attention_fits(512, 512, 128));    // 1 MB: not looked up
+  EXPECT_NO_THROW(check_eager_attention_fits(4096, 4096, 128));  // 76 MB: checked, and fits
 }
 
 // Eager attention's P is [queries x keys] floats per thread; one that cannot be

@@ -175,6 +175,10 @@ void check_eager_attention_fits(int64_t T, int64_t n, int head_dim) {
   const int threads = omp_get_max_threads();
   const double floats = double(T) * double(n) + 2.0 * double(n) * head_dim + 2.0 * double(T) * head_dim;
   const double bytes = double(threads) * floats * sizeof(float);
+  // Every decode step under H2O or SnapKV asks: a few megabytes need no look at
+  // /proc/meminfo (tens of microseconds) nor a message.
+  constexpr double kAlwaysFits = 64.0 * 1024 * 1024;
+  if (bytes < kAlwaysFits) return;
   check_fits_in_memory(size_t(std::min(bytes, 1e18)),  // in double: must not wrap around
                        "eager attention's probabilities (" + commas(T) + (T == 1 ? " query x " : " queries x ") +
                            commas(n) + (n == 1 ? " key" : " keys") + ", on each of " + plural(threads, "thread") +

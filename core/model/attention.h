@@ -63,7 +63,8 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
 // P [T, n] floats, with copies of one KV head's K and V [n, head_dim] and of its
 // queries and output [T, head_dim], on each OpenMP thread. kvscope::Error "not enough
 // memory for eager attention's probabilities (...)" when it cannot fit; the forward
-// pass asks before it changes anything (a long prompt under H2O or SnapKV).
+// pass asks before it changes anything (a long prompt under H2O or SnapKV). Under
+// 64 MiB in all it is taken to fit without looking (every decode step asks).
 void check_eager_attention_fits(int64_t T, int64_t n, int head_dim);
 
 // TriAttention's key scores (evict/triattention.h): the n keys at `slots` against
