@@ -107,8 +107,8 @@ TEST(GpuKernels, SwiGluAndResidualAdd) {
   const size_t n = 3000;
   const std::vector<float> g = random_floats(n, 7, 8.0f), u = random_floats(n, 8, 2.0f);
   std::vector<float> want(n), sum = g;
-  swiglu(want.data(), g.data(), u.data(), int(n));
-  add_inplace(sum.data(), u.data(), int(n));
+  swiglu(want.data(), g.data(), u.data(), n);
+  add_inplace(sum.data(), u.data(), n);
   DeviceArray<float> d_g, d_u, d_out(n);
   d_g.upload(g);
   d_u.upload(u);

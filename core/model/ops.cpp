@@ -99,12 +99,12 @@ void rope(float* x, int n_heads, int head_dim, int pos, double theta) {
   }
 }
 
-void swiglu(float* out, const float* gate, const float* up, int n) {
-  for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+void swiglu(float* out, const float* gate, const float* up, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void add_inplace(float* x, const float* y, int n) {
-  for (int i = 0; i < n; ++i) x[i] += y[i];
+void add_inplace(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 }  // namespace kvscope

@@ -36,9 +36,9 @@ void rope(float* x, int n_heads, int head_dim, int pos, double theta);
 float rope_inv_freq(int i, int head_dim, double theta);
 
 // out = silu(gate) * up, elementwise; silu(g) = g / (1 + e^-g).   [n]
-void swiglu(float* out, const float* gate, const float* up, int n);
+void swiglu(float* out, const float* gate, const float* up, size_t n);
 
 // x += y, elementwise (the residual connection).                  [n]
-void add_inplace(float* x, const float* y, int n);
+void add_inplace(float* x, const float* y, size_t n);
 
 }  // namespace kvscope

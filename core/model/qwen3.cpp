@@ -108,15 +108,15 @@ static void layer_forward(const Step& st, const LayerWeights& w, int layer) {
   for (int i = 0; i < n; ++i) errors.run([&] { piece_attention(st, st.pieces[size_t(i)], layer); });
   errors.rethrow();
   linear(st, s.h.data(), s.att.data(), w.o_proj);
-  add_inplace(s.x.data(), s.h.data(), T * d);
+  add_inplace(s.x.data(), s.h.data(), size_t(T) * d);
 
   // MLP block.
   rmsnorm(s.h.data(), s.x.data(), w.post_norm, T, d, c.rms_norm_eps);
   linear(st, s.gate.data(), s.h.data(), w.gate_proj);
   linear(st, s.up.data(), s.h.data(), w.up_proj);
-  swiglu(s.gate.data(), s.gate.data(), s.up.data(), T * c.intermediate_size);
+  swiglu(s.gate.data(), s.gate.data(), s.up.data(), size_t(T) * c.intermediate_size);
   linear(st, s.h.data(), s.gate.data(), w.down_proj);
-  add_inplace(s.x.data(), s.h.data(), T * d);
+  add_inplace(s.x.data(), s.h.data(), size_t(T) * d);
 }
 
 // The checks of place_tokens that need no room in the pool.
