@@ -89,7 +89,8 @@ class App {
 
   // --verify: reads the pixels of the last frame (RGBA, top row first) back
   // into slot classes (free, live, hole) by the palette, and compares them with
-  // the replayed occupancy of every pool view. Returns a report; ok = no mismatch.
+  // the replayed occupancy of every pool view; while playing, also that the sequence
+  // strip shows its newest written token. Returns a report; ok = no mismatch.
   std::string verify(const std::vector<uint8_t>& rgba, int width, int height, bool& ok) const;
 
   // State the draw_*.cpp functions read and write.
@@ -109,6 +110,13 @@ class App {
   std::string error;      // the last recording's failure, shown until the next one
   Hover hover, hovered;   // this frame's, the last frame's
   PoolGeometry pools[2];
+  // The sequence strip's text view while playing, last frame (screen y): the row of
+  // the newest written token, and the part of the strip on screen. --verify checks
+  // that the first lies inside the second (the strip follows the writing).
+  struct StripFollow {
+    bool following = false;  // text view drawn while playing
+    float newest_top = 0, newest_bottom = 0, view_top = 0, view_bottom = 0;
+  } strip;
   float header_heights[2] = {0, 0};  // each pool's header, last frame: both pools start level
   Unit step_unit = Unit::Event;
   ImFont* title_font = nullptr;

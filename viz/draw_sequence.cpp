@@ -193,7 +193,12 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
     x = start.x, y += line_h + 6;  // each sequence on its own lines
   }
   ImGui::Dummy({width, y - start.y});
-  if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - area.y + 2 * line_h + ImGui::GetScrollY()));
+  // While playing, follow the writing: scroll so the newest written row sits two rows
+  // above the strip's bottom. start is on screen, so newest_y - start.y is the row's
+  // place in the content, already net of the current scroll.
+  const float view_top = ImGui::GetWindowPos().y;
+  app.strip = {app.session->playing, newest_y, newest_y + line_h, view_top, view_top + ImGui::GetWindowSize().y};
+  if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - area.y + 2 * line_h));
   ImGui::EndChild();
 }
 
@@ -239,6 +244,7 @@ void draw_sequence(App& app, ImVec2 size) {
   }
   int64_t total = 0;
   for (int64_t n : t.final_lengths()) total += n;
+  app.strip.following = false;
   if (!t.run().token_text.empty() && total <= 4000) {
     draw_text(app, t, scores, area);
   } else {
