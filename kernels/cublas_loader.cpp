@@ -3,7 +3,7 @@
 // Linked the usual way (-lcublas), libcublasLt runs its initialisers in every
 // process before main: about 0.45 s and 220 MB resident on this project's
 // development machine, GPU or not. That was the price of every kvscope command
-// (`kvscope memory` included) and of each of the test binary's ~370 processes
+// (`kvscope memory` included) and of each of the test binary's ~420 processes
 // under ctest. Only the GPU's prefill GEMM (gemm.cu) uses cuBLAS, so the program
 // is not linked with it: this file defines the three cuBLAS functions kvscope
 // calls, and each forwards to the real one, from the library opened with dlopen
