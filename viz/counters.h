@@ -23,7 +23,7 @@
 //   bytes reclaimed    (full-cache blocks - blocks in use) x block_size x bytes per token
 //   bytes moved        SlotMoved events x bytes per token (compaction's copies)
 //   rounds             RoundEnd events
-//   expected freed     (evicted %)^block_size: the law for random eviction with holes
+//   expected freed     (evicted %)^block_size: the law for random eviction with holes, nothing protected
 #pragma once
 
 #include <cmath>

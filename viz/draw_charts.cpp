@@ -4,7 +4,7 @@
 // sampled along the whole run, x = the primary view's event index. The values
 // printed above each chart are the counters at the cursor.
 //   left   tokens evicted %, blocks freed % per strategy, and for random eviction
-//          in one round (Run::random_one_shot) the law (evicted fraction)^block_size:
+//          in one round, nothing protected (Run::random_one_shot), the law (evicted fraction)^block_size:
 //          the blocks it frees without compaction
 //   right  memory in use per strategy, and the bytes compaction has moved
 // Clicking or dragging in a chart moves the cursor there.

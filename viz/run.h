@@ -56,11 +56,16 @@ struct Run {
     const auto it = header.meta.find("source");
     return it != header.meta.end() && (it->second == "serve" || it->second == "serve-bench");
   }
-  // Random eviction in one round: the run the law (evicted fraction)^block_size
-  // describes (kvscope simulate prints the law for the same runs, and no others).
+  // Random eviction in one round with nothing protected: the run the law (evicted
+  // fraction)^block_size describes. Sinks or recent tokens are never evicted, so the
+  // rest go more often and such a run frees more (kvscope simulate prints their own law).
   bool random_one_shot() const {
-    const auto it = header.meta.find("mode");
-    return policy == "random" && it != header.meta.end() && it->second == "one-shot";
+    auto meta = [&](const char* key) {
+      const auto it = header.meta.find(key);
+      return it == header.meta.end() ? std::string() : it->second;
+    };
+    const auto none = [](const std::string& n) { return n.empty() || n == "0"; };
+    return policy == "random" && meta("mode") == "one-shot" && none(meta("sinks")) && none(meta("recent"));
   }
   // The token's text, or "" when the run has none.
   const std::string& text(int seq, int64_t pos) const;

@@ -160,6 +160,8 @@ void describe_synthetic(Run& run, const RunSettings& s, MemoryStrategy strategy)
                      {"seed", std::to_string(s.seed)},
                      {"tokens", std::to_string(s.tokens)},
                      {"mode", s.streaming ? "streaming" : "one-shot"},
+                     {"sinks", std::to_string(s.sinks)},
+                     {"recent", std::to_string(s.recent)},
                      {"sequences", std::to_string(s.sequences)}};
 }
 

@@ -215,9 +215,29 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
   std::printf("\n");
 }
 
+// The law with protected tokens: only the blocks that hold none can empty, and the
+// evictions all fall on their tokens, each more likely to go than 1 in `--evict`.
+void print_protected_law(const SimulationConfig& c) {
+  const int64_t evicted = c.tokens - one_shot_keep(c);
+  const ProtectedLaw law =
+      expected_blocks_freed(c.tokens, evicted, c.schedule.sinks, c.schedule.recent, c.block_size);
+  const std::string f = fmt("%.4g", double(law.evicted) / double(law.unprotected));
+  const int full = law.open_blocks - (law.part_full > 0);  // the part-full last block has fewer tokens to lose
+  std::string sum = f + "^" + std::to_string(c.block_size) + " x " + commas(full) + " / " + commas(law.blocks);
+  if (law.part_full) sum += " + " + f + "^" + std::to_string(law.part_full) + " / " + commas(law.blocks);
+  std::printf("\nexpected: %s of the %s blocks hold no protected token (%s sinks, %s recent); each returns to the\n"
+              "pool only when all its tokens were evicted, each with probability %s / %s = %s:\n"
+              "%s = %s of blocks freed without compaction.\n",
+              commas(law.open_blocks).c_str(), commas(law.blocks).c_str(), commas(c.schedule.sinks).c_str(),
+              commas(c.schedule.recent).c_str(), commas(law.evicted).c_str(), commas(law.unprotected).c_str(),
+              f.c_str(), sum.c_str(), percent(law.expected).c_str());
+  std::printf("Compaction gives back 1 - ceil(live / %d) / blocks.\n", c.block_size);
+}
+
 // Random one-shot eviction: the law, next to the measurement.
 void print_law(const SimulationConfig& c) {
   if (c.streaming || c.policy != "random") return;
+  if (c.schedule.sinks + c.schedule.recent > 0) return print_protected_law(c);
   const double f = c.schedule.budget > 0
                        ? 1.0 - double(std::min<int64_t>(c.schedule.budget, c.tokens)) / double(c.tokens)
                        : c.evict_fraction;
@@ -229,7 +249,6 @@ void print_law(const SimulationConfig& c) {
       "%s%s",
       fmt("%.4g", f).c_str(), c.block_size, percent(expected_blocks_freed(f, c.block_size)).c_str(), when.c_str(),
       fmt("%.4g", f).c_str());
-  if (c.schedule.sinks + c.schedule.recent > 0) std::printf(" (less here: the protected tokens are never evicted)");
   std::printf(".\nCompaction gives back 1 - ceil(live / %d) / blocks.\n", c.block_size);
 }
 

@@ -79,6 +79,26 @@ std::vector<float> ImportancePolicy::scores(const ScoreContext& ctx) {
 
 double expected_blocks_freed(double evicted_fraction, int block_size) { return std::pow(evicted_fraction, block_size); }
 
+ProtectedLaw expected_blocks_freed(int64_t tokens, int64_t evicted, int64_t sinks, int64_t recent, int block_size) {
+  ProtectedLaw law;
+  law.evicted = evicted;
+  law.unprotected = std::max<int64_t>(0, tokens - sinks - recent);
+  law.blocks = int((tokens + block_size - 1) / block_size);
+  if (law.unprotected == 0 || law.blocks == 0) return law;
+  const double f = double(evicted) / double(law.unprotected);
+  const int64_t first = sinks, last = tokens - recent;  // the unprotected positions: [first, last)
+  double freed = 0;
+  for (int64_t b = 0; b < law.blocks; ++b) {
+    const int64_t begin = b * block_size, end = std::min(begin + block_size, tokens);
+    if (begin < first || end > last) continue;  // holds a protected token
+    ++law.open_blocks;
+    if (end - begin < block_size) law.part_full = int(end - begin);
+    freed += std::pow(f, double(end - begin));
+  }
+  law.expected = freed / law.blocks;
+  return law;
+}
+
 // ---- the runner --------------------------------------------------------------
 
 namespace {

@@ -139,4 +139,18 @@ SimulationResult simulate(const SimulationConfig& config);
 // of a block were among the evicted, f^block_size (tokens drawn independently).
 double expected_blocks_freed(double evicted_fraction, int block_size);
 
+// The same law when the first `sinks` and the last `recent` of the tokens are
+// protected (never evicted): the `evicted` tokens all fall on the others, each with
+// probability f = evicted / unprotected, and only a block that holds no protected
+// token can empty. Expected fraction of all ceil(tokens / block_size) blocks freed:
+//   sum over those blocks of f^(tokens in the block), / blocks.
+struct ProtectedLaw {
+  int64_t evicted = 0, unprotected = 0;  // f = evicted / unprotected
+  int blocks = 0;                        // ceil(tokens / block_size)
+  int open_blocks = 0;                   // blocks without a protected token
+  int part_full = 0;                     // tokens in the last block when it is one of them and not full; else 0
+  double expected = 0;                   // the fraction of `blocks` freed
+};
+ProtectedLaw expected_blocks_freed(int64_t tokens, int64_t evicted, int64_t sinks, int64_t recent, int block_size);
+
 }  // namespace kvscope
