@@ -108,11 +108,11 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
   if (strip.following) {
     const bool shown = strip.newest_top >= strip.view_top && strip.newest_bottom <= strip.view_bottom;
     if (!shown) ok = false;
+    const auto y = [](float v) { return std::to_string(int(v)); };
     report += std::string("verify: the sequence strip ") +
               (shown ? "shows its newest written token"
-                     : "does not show its newest written token (its row is at y " + std::to_string(int(strip.newest_top)) +
-                           ", the strip shows y " + std::to_string(int(strip.view_top)) + " to " +
-                           std::to_string(int(strip.view_bottom)) + ")") +
+                     : "does not show its newest written token (its row is at y " + y(strip.newest_top) +
+                           ", the strip shows y " + y(strip.view_top) + " to " + y(strip.view_bottom) + ")") +
               "\n";
   }
   return report;
