@@ -167,7 +167,7 @@ void App::draw_headline() {
   }
   if (title_font) ImGui::PopFont();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  ImGui::TextWrapped("%s", summary.c_str());
+  text_wrapped(summary);
   ImGui::PopStyleColor();
 }
 

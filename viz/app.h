@@ -141,6 +141,12 @@ void draw_charts(App& app, ImVec2 size);
 // wraps rows instead of cutting them off). In draw_controls.cpp.
 bool fits_after_last_item(float w);
 void same_line_if_fits(float w);
+// Text wrapped at spaces only, up to `right` (window coordinates; default: the
+// content region's right edge). ImGui's own wrapping also breaks after '.' and ',',
+// splitting "12.0%" and "1,000" across lines. The first line starts at the cursor
+// (after an item, with SameLine), spaces at its start kept; a no-break space
+// (U+00A0) keeps words together.
+void text_wrapped(const std::string& text, float right = -1);
 
 // A strategy as a title: "holes only", "hole reuse", "compaction".
 const char* strategy_title(MemoryStrategy s);

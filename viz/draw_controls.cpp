@@ -12,6 +12,7 @@
 #include "palette.h"
 #include "sim/synthetic.h"
 #include "util/format.h"
+#include "wrap.h"
 
 namespace kvscope::viz {
 
@@ -60,7 +61,7 @@ void scenario_picker(App& app) {
   ImGui::EndDisabled();
   if (!app.recording.note.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, palette::kMoving);
-    ImGui::TextWrapped("%s", app.recording.note.c_str());
+    text_wrapped(app.recording.note);
     ImGui::PopStyleColor();
   }
 }
@@ -161,7 +162,7 @@ void settings(App& app) {
   ImGui::EndDisabled();
   if (!app.error.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, palette::kEvicted);
-    ImGui::TextWrapped("%s", app.error.c_str());
+    text_wrapped(app.error);
     ImGui::PopStyleColor();
   }
 }
@@ -228,11 +229,10 @@ void counters(App& app) {
   const Run& a = s.view(0).run();
   const Run& b = s.view(s.views() - 1).run();
   if (cost(a) == cost(b) && a.token_cost == b.token_cost)
-    ImGui::TextWrapped("%s per token (K and V, all layers)%s%s", cost(a).c_str(), a.token_cost.empty() ? "" : ": ",
-                       a.token_cost.c_str());
+    text_wrapped(cost(a) + " per token (K and V, all layers)" + (a.token_cost.empty() ? "" : ": ") + a.token_cost);
   else
-    ImGui::TextWrapped("per token (K and V, all layers): %s %s, %s %s", view_label(a).c_str(), cost(a).c_str(),
-                       view_label(b).c_str(), cost(b).c_str());
+    text_wrapped("per token (K and V, all layers): " + view_label(a) + " " + cost(a) + ", " + view_label(b) + " " +
+                 cost(b));
   ImGui::PopStyleColor();
 }
 
@@ -332,6 +332,24 @@ bool fits_after_last_item(float w) {
 
 void same_line_if_fits(float w) {
   if (fits_after_last_item(w)) ImGui::SameLine();
+}
+
+void text_wrapped(const std::string& text, float right) {
+  if (right < 0) right = ImGui::GetWindowContentRegionMax().x;
+  const auto width_of = [](const std::string& s) { return ImGui::CalcTextSize(s.c_str()).x; };
+  if (text.empty()) return ImGui::TextUnformatted("");
+  size_t i = 0;  // spaces at the start stay (" 880 blocks" after a title); at a break, they go
+  while (i < text.size()) {
+    const size_t end = fit_words(text, i, right - ImGui::GetCursorPosX(), width_of);
+    const size_t next = text.find_first_not_of(' ', end);
+    const bool last = next == std::string::npos;
+    // Lines of one text sit a line height apart, as in ImGui's own wrapped text.
+    if (!last) ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, {ImGui::GetStyle().ItemSpacing.x, 0});
+    ImGui::TextUnformatted(text.c_str() + i, text.c_str() + end);  // the next line starts at the left
+    if (last) break;
+    ImGui::PopStyleVar();
+    i = next;
+  }
 }
 
 void draw_transport(App& app, float width) {

@@ -94,8 +94,8 @@ std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t wa
   return out;
 }
 
-// Spaces that do not break (U+00A0): ImGui wraps a line only at ' ', so "moved 230 MB"
-// stays whole.
+// Spaces that do not break (U+00A0): text_wrapped wraps a line only at ' ', so
+// "moved 230 MB" stays whole.
 std::string nowrap(const std::string& text) {
   std::string out;
   for (char ch : text) out += ch == ' ' ? std::string("\xc2\xa0") : std::string(1, ch);
@@ -105,7 +105,7 @@ std::string nowrap(const std::string& text) {
 // Two lines of numbers, wrapped at `width` so that a narrow window does not push the
 // next view off the screen.
 void header(const Timeline& t, const Session& s, int view, float width) {
-  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + width);
+  const float right = ImGui::GetCursorPosX() + width;
   const Counters& c = t.counters();
   ImGui::PushStyleColor(ImGuiCol_Text, view_colour(s, view));
   ImGui::Text("%s", view_title(t.run()).c_str());
@@ -116,19 +116,20 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   const std::string in_use =
       nowrap(commas(c.blocks_in_use) + " blocks in use (" + bytes(double(c.memory_in_use())) + ")");
   if (c.all_released())
-    ImGui::Text(" %s  |  every sequence released", in_use.c_str());
+    text_wrapped(" " + in_use + "  |  every sequence released", right);
   else
-    ImGui::Text(" %s  |  %s of the full cache's %s freed", in_use.c_str(), percent(c.blocks_freed_fraction()).c_str(),
-                commas(c.full_cache_blocks).c_str());
+    text_wrapped(" " + in_use + "  |  " + percent(c.blocks_freed_fraction()) + " of the full cache's " +
+                     commas(c.full_cache_blocks) + " freed",
+                 right);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const std::string phase = s.phase(view);
   const std::string moved =
       c.moved ? "moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + (c.moved == 1 ? " slot)" : " slots)")
               : "no bytes moved";
-  ImGui::Text("%s  |  a pool of %s blocks of %s  |  %s", phase.c_str(), commas(t.occupancy().num_blocks()).c_str(),
-              plural(t.occupancy().block_size(), "slot").c_str(), nowrap(moved).c_str());
+  text_wrapped(phase + "  |  a pool of " + commas(t.occupancy().num_blocks()) + " blocks of " +
+                   plural(t.occupancy().block_size(), "slot") + "  |  " + nowrap(moved),
+               right);
   ImGui::PopStyleColor();
-  ImGui::PopTextWrapPos();
 }
 
 void tooltip(const App& app, const Timeline& t, int block, int slot, const ScoresAt& scores) {

@@ -209,7 +209,7 @@ void draw_sequence(App& app, ImVec2 size) {
   const Timeline& t = s.primary_view();
   ImGui::BeginGroup();
   const float top = ImGui::GetCursorScreenPos().y;
-  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + size.x);  // this area's right edge, in window coordinates
+  const float right = ImGui::GetCursorPosX() + size.x;  // this area's right edge, in window coordinates
   ImGui::TextUnformatted("The sequence, in token order:");
   const Counters& c = t.counters();
   std::string counts = commas(c.written) + " written, " + commas(c.live()) + " kept, " + commas(c.evicted) + " evicted";
@@ -227,9 +227,8 @@ void draw_sequence(App& app, ImVec2 size) {
   const bool fits = fits_after_last_item(ImGui::CalcTextSize(line.c_str()).x);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   ImGui::SameLine();
-  ImGui::TextWrapped("%s", fits ? line.c_str() : counts.c_str());
-  if (!fits) ImGui::TextWrapped("%s", why.c_str());
-  ImGui::PopTextWrapPos();
+  text_wrapped(fits ? line : counts, right);
+  if (!fits) text_wrapped(why, right);
   ImGui::PopStyleColor();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(10.0f, size.y - (origin.y - top))};
