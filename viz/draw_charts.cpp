@@ -7,12 +7,14 @@
 //          in one round, nothing protected (Run::random_one_shot), the law (evicted fraction)^block_size:
 //          the blocks it frees without compaction
 //   right  memory in use per strategy, and the bytes compaction has moved
+// The axes end at round numbers (axis.h).
 // Clicking or dragging in a chart moves the cursor there.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
 #include "app.h"
+#include "axis.h"
 #include "palette.h"
 #include "util/format.h"
 
@@ -246,23 +248,27 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
 }
 
 // Memory in use against the left axis; the bytes compaction moved (which keep
-// growing, and would flatten the memory curve) against their own right axis.
+// growing, and would flatten the memory curve) against their own right axis, or
+// against the same one when the two peaks are within 2x (share_axis).
 void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   const Session& s = *app.session;
   const auto& h = s.history();
-  double top = 1, moved_top = 0;
+  double top = 1, moved_top = 0;  // the peaks, in bytes
   for (const Sample& x : h)
     for (const auto& r : x.run) top = std::max(top, r.memory), moved_top = std::max(moved_top, r.moved);
-  constexpr double kHeadroom = 1.05;  // each axis ends 5% above the run's peak (a label, not a quantity)
-  top *= kHeadroom;
-  moved_top *= kHeadroom;
+  // The bytes moved on the memory's axis when their ranges are alike, else on their own (right) axis.
+  const bool shared = share_axis(top, moved_top);
+  if (shared) top = std::max(top, moved_top);
+  top = axis_top(top);
+  moved_top = shared ? top : moved_top > 0 ? axis_top(moved_top) : 0;
+  const bool right_axis = moved_top > 0 && !shared;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   Frame f = plot_area(origin, size, double(s.length()), top);
-  if (moved_top > 0) f.b.x -= 56;  // room for the right axis
+  if (right_axis) f.b.x -= 56;  // room for the right axis
   std::vector<std::string> labels;
   for (int i = 0; i <= 4; ++i) labels.push_back(bytes(top * i / 4));
   axes(dl, f, labels);
-  if (moved_top > 0) {
+  if (right_axis) {
     dl->AddRectFilled({f.b.x + 8, f.a.y - 4}, {f.b.x + 64, f.b.y + 18}, palette::kPanel, 3.0f);
     for (int i = 0; i <= 4; ++i) {
       const float y = f.b.y - (f.b.y - f.a.y) * float(i) / 4;
@@ -291,7 +297,7 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
     keys.push_back({"in use, " + view_title(t.run()),
                     bytes(double(t.counters().memory_in_use())), colour, false});
     if (t.moves() > 0)
-      keys.push_back({"moved so far (right axis), " + view_title(t.run()),
+      keys.push_back({std::string(right_axis ? "moved so far (right axis), " : "moved so far, ") + view_title(t.run()),
                       bytes(double(t.counters().bytes_moved())), colour, true});
   }
   keys = fitted(std::move(keys), f);

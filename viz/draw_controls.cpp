@@ -220,7 +220,7 @@ void counters(App& app) {
       [](C c) { return bytes(double(c.bytes_reclaimed())); });
   row(s, "bytes moved", "SlotMoved events x bytes per token (compaction's copies)", [](C c) { return bytes(double(c.bytes_moved())); });
   row(s, "peak blocks", "the most blocks in use so far", [](C c) { return commas(c.peak_blocks); });
-  row(s, "rounds", "RoundEnd events", [](C c) { return commas(c.rounds); });
+  row(s, "rounds done", "RoundEnd events (a round under way is not counted yet)", [](C c) { return commas(c.rounds); });
   ImGui::EndTable();
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   // What a slot costs: one figure with its factors (Run::token_cost; a trace has only

@@ -137,11 +137,12 @@ SimulationConfig sim_config(const RunSettings& s, MemoryStrategy strategy) {
   return c;
 }
 
-// What one token's K/V costs, factor by factor (KvStorage::bytes_per_slot: f32):
-// "2 (K, V) x 28 layers x 8 KV heads x 128 dims x 4 bytes, Qwen3-0.6B in f32".
+// What one token's K/V costs, factor by factor (KvStorage::bytes_per_slot: the cache
+// keeps f32, whatever the weights' dtype):
+// "2 (K, V) x 28 layers x 8 KV heads x 128 dims x 4 bytes (f32 cache), Qwen3-0.6B".
 std::string token_cost(int layers, int kv_heads, int head_dim, const std::string& what) {
   return "2 (K, V) x " + std::to_string(layers) + " layers x " + std::to_string(kv_heads) + " KV heads x " +
-         std::to_string(head_dim) + " dims x 4 bytes, " + what + " in f32";
+         std::to_string(head_dim) + " dims x 4 bytes (f32 cache), " + what;
 }
 
 void describe_synthetic(Run& run, const RunSettings& s, MemoryStrategy strategy) {
