@@ -194,7 +194,7 @@ TEST(VizTrace, ATraceFileShowsTheRunItRecorded) {
   EXPECT_FALSE(run->has_scores());  // a trace holds none
   EXPECT_TRUE(run->traced);         // and the app's tooltip says so
   EXPECT_EQ(trace_summary(*run), "kvscope simulate --trace: bytes_per_token=229376, policy=random, " +
-                                     std::to_string(r.events.size()) + " events");
+                                     commas(int64_t(r.events.size())) + " events");
   Timeline t(run);
   t.seek(t.size());
   expect_counters_match(t.counters(), r);
@@ -296,6 +296,17 @@ TEST(VizTrace, TwoTracesOfOneStrategyAreToldApartByName) {
   EXPECT_EQ(same[0]->name, "a.trace");
   EXPECT_EQ(view_label(*same[1]), "b.trace");
   const auto pair = load_trace_runs({h, b});
+  // Recorded alike, the two share one summary line, with each one's events (once it
+  // gave the left's count alone, beside a transport bar counting the right's).
+  c.tokens = 300;
+  const SimulationResult longer = simulate(c);
+  write_trace(dir + "l.trace", {c.block_size, longer.blocks_full_cache, MemoryStrategy::Compact, {}}, longer.events);
+  const auto both = load_trace_runs({h, dir + "l.trace"});
+  EXPECT_EQ(trace_summary(*both[0], both[1].get()), "kvscope (unknown source) --trace: " +
+                                                        commas(int64_t(r.events.size())) + " events on the left, " +
+                                                        commas(int64_t(longer.events.size())) + " on the right");
+  EXPECT_NE(r.events.size(), longer.events.size());
+  std::remove((dir + "l.trace").c_str());
   EXPECT_EQ(pair[0]->name, "");
   EXPECT_EQ(view_label(*pair[0]), "holes");
   EXPECT_EQ(view_label(*pair[1]), "compact");

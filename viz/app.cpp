@@ -52,7 +52,7 @@ void App::load_traces(const std::vector<std::string>& paths) {
   scenario = names;
   // One summary line; a line each, named, when the two traces were recorded differently.
   const auto& runs = r.recording.runs;
-  summary = trace_summary(*runs[0]);
+  summary = trace_summary(*runs[0], runs.size() == 2 ? runs[1].get() : nullptr);
   if (runs.size() == 2 && runs[0]->header.meta != runs[1]->header.meta)
     for (size_t i = 0; i < 2; ++i) {
       const std::string line = file_name(paths[i]) + ": " + trace_summary(*runs[i]);

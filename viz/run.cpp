@@ -8,6 +8,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope::viz {
 
@@ -111,7 +112,7 @@ std::vector<std::shared_ptr<const Run>> load_trace_runs(const std::vector<std::s
 
 const std::string& view_label(const Run& run) { return run.name.empty() ? run.label : run.name; }
 
-std::string trace_summary(const Run& run) {
+std::string trace_summary(const Run& run, const Run* right) {
   std::string out = "kvscope " + (run.source.empty() ? std::string("(unknown source)") : run.source) + " --trace:";
   const char* sep = " ";
   for (const auto& [key, value] : run.header.meta) {
@@ -119,7 +120,8 @@ std::string trace_summary(const Run& run) {
     out += sep + key + "=" + value;
     sep = ", ";
   }
-  out += sep + std::to_string(run.events.size()) + " events";
+  out += sep + commas(int64_t(run.events.size())) + " events";
+  if (right) out += " on the left, " + commas(int64_t(right->events.size())) + " on the right";
   return run.text_note.empty() ? out : out + "; " + run.text_note;
 }
 

@@ -89,8 +89,10 @@ inline std::string file_name(const std::string& path) { return path.substr(path.
 const std::string& view_label(const Run& run);
 // A token's bytes as text to show: UTF-8 kept, control and invalid bytes escaped ("\n", "\xFF").
 std::string printable(const std::string& bytes);
-// One line on what a trace-loaded run is: "kvscope simulate --trace: policy=random, tokens=16000, ..."
-std::string trace_summary(const Run& run);
+// One line on what a trace-loaded run is: "kvscope simulate --trace: policy=random,
+// tokens=16000, ..., 33,877 events". With `right`, a trace recorded the same way
+// shown beside it: "..., 16,000 events on the left, 18,000 on the right".
+std::string trace_summary(const Run& run, const Run* right = nullptr);
 
 // The scores of a run as of a cursor (events applied), resolved once per frame
 // and then looked up per token. Synthetic: the workload's importance with `now`
