@@ -344,6 +344,8 @@ TEST(VizTrace, AServeBenchTraceShowsEachRequestsText) {
     requests.insert(prompt + all);
   }
   EXPECT_EQ(requests.size(), 4u);  // 4 requests' texts, in more than 4 sequences
+  // Each preemption gave a request one more sequence; the header counts them (the app shows it).
+  EXPECT_EQ(run->header.meta.at("preemptions"), std::to_string(run->sequences - 4));
 
   const test::ProgramRun random = test::run_command(
       test::binary_path("kvscope") + " serve-bench --config " + test::tiny_model("tiny-tied") + "/config.json" +

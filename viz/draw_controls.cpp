@@ -233,6 +233,17 @@ void counters(App& app) {
   else
     text_wrapped("per token (K and V, all layers): " + view_label(a) + " " + cost(a) + ", " + view_label(b) + " " +
                  cost(b));
+  // Served runs: the requests the scheduler preempted in the whole run (from the run's
+  // header); each came back as a new sequence, in a new colour, and wrote its tokens again.
+  if (a.served()) {
+    std::string line;
+    for (int v = 0; v < s.views(); ++v) {
+      const Run& r = s.view(v).run();
+      const auto it = r.header.meta.find("preemptions");
+      if (it != r.header.meta.end()) line += (line.empty() ? "" : ", ") + view_label(r) + " " + it->second;
+    }
+    if (!line.empty()) text_wrapped("requests preempted in the whole run: " + line);
+  }
   ImGui::PopStyleColor();
 }
 

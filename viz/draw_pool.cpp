@@ -114,7 +114,8 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   // Freed is of the full cache's blocks (the same sequences with no eviction), not of
   // the pool's: the two differ while sequences are still growing, or when they share it.
   const std::string in_use =
-      nowrap(commas(c.blocks_in_use) + " blocks in use (" + bytes(double(c.memory_in_use())) + ")");
+      nowrap(commas(c.blocks_in_use) + (c.blocks_in_use == 1 ? " block" : " blocks") + " in use (" +
+             bytes(double(c.memory_in_use())) + ")");
   if (c.all_released())
     text_wrapped(" " + in_use + "  |  every sequence released", right);
   else

@@ -276,7 +276,7 @@ EngineConfig evicting_engine(const ServeBenchArgs& a, const ModelConfig& c, bool
   return e;
 }
 
-// --trace's header: the pool, the last strategy's name and settings and, when the
+// --trace's header: the pool, the last strategy's name and settings, its preemptions and, when the
 // prompts are the model's text, the tokens of every sequence (the viewer shows them
 // as words; a request preempted and recomputed holds the same tokens again).
 TraceHeader trace_header(const ServeBenchArgs& a, const EngineConfig& evicting, size_t block_bytes,
@@ -289,6 +289,9 @@ TraceHeader trace_header(const ServeBenchArgs& a, const EngineConfig& evicting, 
                       {"budget", std::to_string(last == "none" ? 0 : a.budget)},
                       {"requests", std::to_string(a.requests)},
                       {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
+  int preemptions = 0;  // each one gave its request another sequence
+  for (const Request& q : requests) preemptions += int(q.seqs.size()) - 1;
+  header.meta["preemptions"] = std::to_string(preemptions);
   if (!text_ids.empty())
     for (const Request& q : requests) {
       std::vector<int> ids(size_t(q.context()));
