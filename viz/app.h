@@ -145,7 +145,7 @@ void same_line_if_fits(float w);
 // content region's right edge). ImGui's own wrapping also breaks after '.' and ',',
 // splitting "12.0%" and "1,000" across lines. The first line starts at the cursor
 // (after an item, with SameLine), spaces at its start kept; a no-break space
-// (U+00A0) keeps words together.
+// (U+00A0) keeps words together, and a '\n' starts a new line.
 void text_wrapped(const std::string& text, float right = -1);
 
 // A strategy as a title: "holes only", "hole reuse", "compaction".

@@ -347,6 +347,10 @@ void same_line_if_fits(float w) {
 
 void text_wrapped(const std::string& text, float right) {
   if (right < 0) right = ImGui::GetWindowContentRegionMax().x;
+  if (const size_t nl = text.find('\n'); nl != std::string::npos) {  // each line of the text wrapped apart
+    text_wrapped(text.substr(0, nl), right);
+    return text_wrapped(text.substr(nl + 1), right);
+  }
   const auto width_of = [](const std::string& s) { return ImGui::CalcTextSize(s.c_str()).x; };
   if (text.empty()) return ImGui::TextUnformatted("");
   size_t i = 0;  // spaces at the start stay (" 880 blocks" after a title); at a break, they go
