@@ -97,10 +97,15 @@ ImVec2 key_size(const std::vector<Key>& keys) {
 }
 
 // In a narrow window, a key wider than its plot drops its values (the counters
-// table has them) before it is cut at the chart's edge.
+// table has them), then what its labels say after a ',' or ':' (which run: the
+// line's colour, the pool headers' colour, says it too), before it is cut at the
+// chart's edge.
 std::vector<Key> fitted(std::vector<Key> keys, const Frame& f) {
-  if (key_size(keys).x > f.b.x - f.a.x - 12)
+  const float room = f.b.x - f.a.x - 12;
+  if (key_size(keys).x > room)
     for (Key& k : keys) k.value.clear();
+  if (key_size(keys).x > room)
+    for (Key& k : keys) k.label = k.label.substr(0, k.label.find_first_of(",:"));
   return keys;
 }
 
