@@ -148,6 +148,28 @@ TEST(Attention, FlashAndEagerMatchPlainSoftmax) {
   }
 }
 
+// Scores in the hundreds (queries x 60): exp(score) overflows a float past 88, so
+// both paths must subtract the row's largest score first, as the plain softmax
+// does. The other tests' scores stay far below that, where leaving it out passes.
+TEST(Attention, LargeScoresDoNotOverflowTheSoftmax) {
+  const Case c{{4, 4, 32}, 40, MemoryStrategy::HolesOnly};
+  const Cache cache(c, 3);
+  const LiveSlots keys = live_slots(cache.cache, cache.seq);
+  const std::vector<int64_t> q_pos = query_positions(5, cache.last_pos());
+  std::vector<float> q(size_t(5) * 4 * 32);
+  SplitMix64 rng(4);
+  for (float& x : q) x = 60 * rng.symmetric();
+  const std::vector<double> want = plain_attention(q, q_pos, keys, cache.kv, c.shape);
+  std::vector<float> flash(q.size()), eager(q.size());
+  attention_flash(flash.data(), q.data(), q_pos.data(), 5, keys, cache.kv, 0, c.shape);
+  attention_eager(eager.data(), q.data(), q_pos.data(), 5, keys, cache.kv, 0, c.shape, 0, nullptr, 0);
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(flash[i]) && std::isfinite(eager[i])) << i;
+    EXPECT_NEAR(flash[i], want[i], 1e-4) << i;
+    EXPECT_NEAR(eager[i], want[i], 1e-4) << i;
+  }
+}
+
 TEST(Attention, EagerAddsEachKeysProbabilitySummedOverTheLaterQueries) {
   // What H2O and SnapKV rank keys by: prob_sums[h, table_index[j]] += sum over the
   // queries t >= sum_from of p_j(t, h). The sums start at 0.25, so "adds" is checked

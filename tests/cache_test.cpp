@@ -121,7 +121,9 @@ TEST(BlockPool, RetainCountsReferences) {
   pool.retain(b);
   EXPECT_EQ(pool.ref_count(b), 2);
   pool.free(b);
-  EXPECT_FALSE(pool.is_free(b));  // one reference left
+  EXPECT_FALSE(pool.is_free(b));  // one reference left: not back in the free queue
+  EXPECT_EQ(pool.num_free(), 1);
+  EXPECT_NE(pool.allocate(), b);
   pool.free(b);
   EXPECT_TRUE(pool.is_free(b));
   expect_error([&] { pool.retain(b); }, "not allocated");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "cache/invariants.h"
@@ -151,6 +152,44 @@ TEST(Engine, H2OAccumulatesTheAttentionOfEveryQuery) {
   EXPECT_NEAR(total, 10.0 * m.config.num_layers * m.config.num_heads, 1e-3);
   // The first token gets every query's attention at least a little: it leads.
   EXPECT_EQ(std::max_element(scores.begin(), scores.end()) - scores.begin(), 0);
+  // A decode step adds its query's attention to the sums (they do not restart).
+  e.decode(seq, 11);
+  const std::vector<int64_t> after = e.cache().live_positions(seq);
+  double total_after = 0;
+  for (float x : e.policy(seq)->scores({after, 11})) total_after += x;
+  EXPECT_NEAR(total_after, 11.0 * m.config.num_layers * m.config.num_heads, 1e-3);
+}
+
+// SnapKV votes with the last window() = 32 queries of a prefill: the tokens they
+// cover are kept outright (+inf), those before them scored by the votes. A 40-token
+// prompt: positions 0-7 finite, 8-39 infinite (engine.cpp's sum_from and the count
+// of queries it reports; every other test's prompt fits inside the window).
+TEST(Engine, SnapKVVotesWithTheLastWindowOfALongPrefill) {
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  Engine e(m, config_for(MemoryStrategy::Compact, "snapkv", 1000));
+  const int seq = e.add_sequence();
+  e.prefill(seq, tokens(40));
+  const std::vector<int64_t> pos = e.cache().live_positions(seq);
+  const std::vector<float> scores = e.policy(seq)->scores({pos, 40});
+  ASSERT_EQ(scores.size(), 40u);
+  for (int j = 0; j < 8; ++j) EXPECT_TRUE(std::isfinite(scores[size_t(j)])) << "position " << j << ", before the window";
+  for (int j = 8; j < 40; ++j) EXPECT_TRUE(std::isinf(scores[size_t(j)])) << "position " << j << ", in the window";
+}
+
+// stats(seq) are one sequence's, whatever else the pool holds: two sequences of 12
+// tokens in blocks of 4 hold 3 blocks each (the pool, 6).
+TEST(Engine, StatsAreTheSequencesOwn) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  EngineConfig c;
+  c.num_blocks = 64;
+  c.block_size = 4;
+  Engine e(m, c);
+  const int a = e.add_sequence(), b = e.add_sequence();
+  e.prefill(a, tokens(12));
+  e.prefill(b, tokens(12));
+  EXPECT_EQ(e.stats(a).blocks_in_use, 3);
+  EXPECT_EQ(e.stats(b).blocks_in_use, 3);
+  EXPECT_EQ(e.cache().pool().num_used(), 6);
 }
 
 TEST(Engine, AnExhaustedPoolRefusesTheStepAndLeavesOtherSequencesIntact) {

@@ -316,6 +316,21 @@ TEST(Scheduler, RefusesARequestThatCouldNeverFit) {
   EXPECT_THROW(Scheduler(e, {0, 0}), Error);
 }
 
+// With eviction a request holds at most budget + slack - 1 tokens between rounds,
+// plus one step's: 16 + 6 - 1 + 11 (a prefill chunk) = 32 tokens, 8 blocks of 4,
+// however long it is. A pool of exactly 8 admits it and runs it to the end.
+TEST(Scheduler, WithEvictionARequestNeedsItsBudgetAndSlackAndOneChunk) {
+  EXPECT_EQ(blocks_a_request_needs({16, 6, 2, 5}, 100, 11, 4), 8);
+  EXPECT_EQ(blocks_a_request_needs({16, 6, 2, 5}, 20, 11, 4), 5);  // a short one: its whole context
+  EXPECT_EQ(blocks_a_request_needs({0, 6, 2, 5}, 100, 11, 4), 25);  // no eviction: all of it
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::Compact, "streaming", 16, /*num_blocks=*/8));
+  Scheduler s(e, {11, 0});
+  s.submit(tokens(40, 1), 61);  // 100 tokens of context
+  s.run();
+  EXPECT_EQ(s.request(0).output.size(), 61u);
+}
+
 TEST(Scheduler, ALoneRequestThatOutgrowsThePoolIsAnErrorNotAHang) {
   // Eviction keeps 16 tokens, which compaction would hold in 6 blocks of 4; but
   // holes only with random eviction leaves survivors scattered over ever more

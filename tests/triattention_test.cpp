@@ -145,6 +145,15 @@ void expect_error(F&& f, const std::string& path, const std::string& what) {
 
 // The un-rotation the direct computation relies on: layer 0's cached key, rotated
 // back, is k_norm(k_proj(input_norm(embedding))) recomputed from the weights.
+// The offsets the paper scores a key for: 1, 2, 4, ..., 65536 positions ahead. The
+// reference scores above use the same tri_offset, so they alone cannot pin them.
+TEST(TriAttention, OffsetsArePowersOfTwoFromOneTo65536) {
+  ASSERT_EQ(kTriOffsets, 17);
+  for (int i = 0; i < kTriOffsets; ++i) EXPECT_EQ(tri_offset(i), double(1 << i)) << i;
+  EXPECT_EQ(tri_offset(0), 1.0);
+  EXPECT_EQ(tri_offset(kTriOffsets - 1), 65536.0);
+}
+
 TEST(TriAttention, UnrotatedCachedKeyIsThePreRopeKey) {
   const Model& m = tiny();
   const ModelConfig& c = m.config;
