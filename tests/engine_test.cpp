@@ -172,7 +172,7 @@ TEST(Engine, SnapKVVotesWithTheLastWindowOfALongPrefill) {
   const std::vector<int64_t> pos = e.cache().live_positions(seq);
   const std::vector<float> scores = e.policy(seq)->scores({pos, 40});
   ASSERT_EQ(scores.size(), 40u);
-  for (int j = 0; j < 8; ++j) EXPECT_TRUE(std::isfinite(scores[size_t(j)])) << "position " << j << ", before the window";
+  for (int j = 0; j < 8; ++j) EXPECT_TRUE(std::isfinite(scores[size_t(j)])) << "position " << j << ", before it";
   for (int j = 8; j < 40; ++j) EXPECT_TRUE(std::isinf(scores[size_t(j)])) << "position " << j << ", in the window";
 }
 
