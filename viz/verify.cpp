@@ -4,8 +4,9 @@
 // centre pixel) and classified by the palette: free, live (any owner's colour
 // at any shade), hole or unwritten room. The expected class comes from the replayed Occupancy
 // of that view, not from the drawing code. Any slot that disagrees is reported.
-// A view whose compaction is sliding in the frame is named and not checked. While
-// playing, the sequence strip's text must show the newest written token.
+// A view whose compaction is sliding in the frame is named and not checked (a frame
+// where every view slides fails: nothing was checked). While playing, the sequence
+// strip's text must show the newest written token.
 #include <climits>
 
 #include "app.h"
@@ -51,6 +52,7 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
     ok = false;
     return "verify: nothing recorded\n";
   }
+  int sliding = 0;  // views not checked
   for (int v = 0; v < session->views(); ++v) {
     const PoolGeometry& g = pools[v];
     const Timeline& t = session->view(v);
@@ -58,6 +60,7 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
     const std::string name = view_title(t.run());
     if (session->slide() && session->slide()->view == v) {  // tokens in flight cover slots they are not in
       report += "verify: " + name + ": survivors are sliding in this frame; its slots are not checked\n";
+      ++sliding;
       continue;
     }
     if (!g.drawn || g.slot_w < 2 || g.slot_h < 2) {
@@ -104,6 +107,10 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
               commas(seen[kFreeSlot]) + " free, " + commas(seen[kUnknown]) + " unrecognised: " +
               (wrong ? commas(wrong) + " slots differ" + first : std::string("all match")) + "\n";
     if (wrong) ok = false;
+  }
+  if (sliding == session->views()) {  // a check that checked nothing is not a pass
+    ok = false;
+    report += "verify: every view is sliding in this frame: nothing to check (choose another --at or --frames)\n";
   }
   if (strip.following) {
     const bool shown = strip.newest_top >= strip.view_top && strip.newest_bottom <= strip.view_bottom;
