@@ -21,9 +21,11 @@
 #include "cache/block_pool.h"
 #include "cache/invariants.h"
 #include "cache/kv_cache.h"
+#include "cache/kv_storage.h"
 #include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "evict/policy.h"
+#include "model/config.h"
 #include "sim/synthetic.h"
 #include "test_paths.h"
 #include "util/error.h"
@@ -240,6 +242,40 @@ TEST(Cache, ReuseHolesFillsTheFirstHoleInTableOrder) {
   // The table is no longer in token order; every slot still knows its position.
   EXPECT_EQ(cache.live_positions(seq), (std::vector<int64_t>{0, 1, 12, 3, 4, 13, 6, 7, 8, 14, 10, 11, 15}));
   check_invariants(cache);
+}
+
+// Under hole reuse a step's tokens go into the holes first: blocks_needed counts only
+// those left over (the scheduler admits and the engine checks room by it).
+TEST(Cache, BlocksNeededCountsTheHolesUnderHoleReuse) {
+  PagedKvCache cache(8, 4, MemoryStrategy::ReuseHoles);
+  const int seq = cache.add_sequence();
+  appended(cache, seq, 8);  // two full blocks
+  cache.evict(seq, {1, 5});
+  EXPECT_EQ(cache.blocks_needed(seq, 2), 0);  // the two holes
+  EXPECT_EQ(cache.blocks_needed(seq, 3), 1);
+  EXPECT_EQ(cache.blocks_needed(seq, 6), 1);
+  EXPECT_EQ(cache.blocks_needed(seq, 7), 2);
+  PagedKvCache holes(8, 4, MemoryStrategy::HolesOnly);  // without reuse the holes stay empty
+  const int h = holes.add_sequence();
+  appended(holes, h, 8);
+  holes.evict(h, {1, 5});
+  EXPECT_EQ(holes.blocks_needed(h, 2), 1);
+}
+
+// A compaction plan's bytes: K and V of every layer, per move, as the README's and
+// tutorial 7's "bytes moved" count them (the CPU tests elsewhere only see them > 0).
+TEST(KvStorage, ApplyReturnsTheBytesItMoved) {
+  ModelConfig c = load_config_file(test::source_path("assets/configs/qwen3-0.6b-config.json"));
+  c.num_layers = 3;
+  KvStorage kv(c, 2, 4);
+  for (size_t i = 0; i < kv.k.size(); ++i) kv.k[i] = float(i), kv.v[i] = -float(i);
+  const std::vector<Move> plan = {{{1, 0}, {0, 1}}, {{1, 2}, {0, 3}}};
+  EXPECT_EQ(kv.apply(plan), 2u * 2 * 3 * size_t(c.kv_dim()) * sizeof(float));  // 2 moves x (K, V) x 3 layers
+  EXPECT_EQ(KvStorage::bytes_per_slot(c), 2u * 3 * 1024 * 4);                    // kv_dim 8 x 128
+  for (int l = 0; l < 3; ++l) {
+    EXPECT_EQ(kv.key(l, {0, 1})[5], kv.key(l, {1, 0})[5]);
+    EXPECT_EQ(kv.value(l, {0, 3})[7], kv.value(l, {1, 2})[7]);
+  }
 }
 
 // Executes a plan on a copy of the sequence's slots, checking the order property

@@ -176,8 +176,9 @@ TEST(Engine, SnapKVVotesWithTheLastWindowOfALongPrefill) {
   for (int j = 8; j < 40; ++j) EXPECT_TRUE(std::isinf(scores[size_t(j)])) << "position " << j << ", in the window";
 }
 
-// stats(seq) are one sequence's, whatever else the pool holds: two sequences of 12
-// tokens in blocks of 4 hold 3 blocks each (the pool, 6).
+// stats(seq) are one sequence's, whatever else the pool holds: sequences of 12 and 13
+// tokens in blocks of 4 hold 3 and 4 blocks (the pool, 7), and a full cache of 13
+// tokens needs ceil(13 / 4) = 4.
 TEST(Engine, StatsAreTheSequencesOwn) {
   Model m = load_model(test::tiny_model("tiny-tied"));
   EngineConfig c;
@@ -186,10 +187,12 @@ TEST(Engine, StatsAreTheSequencesOwn) {
   Engine e(m, c);
   const int a = e.add_sequence(), b = e.add_sequence();
   e.prefill(a, tokens(12));
-  e.prefill(b, tokens(12));
+  e.prefill(b, tokens(13));
   EXPECT_EQ(e.stats(a).blocks_in_use, 3);
-  EXPECT_EQ(e.stats(b).blocks_in_use, 3);
-  EXPECT_EQ(e.cache().pool().num_used(), 6);
+  EXPECT_EQ(e.stats(b).blocks_in_use, 4);
+  EXPECT_EQ(e.stats(a).blocks_full_cache, 3);
+  EXPECT_EQ(e.stats(b).blocks_full_cache, 4);
+  EXPECT_EQ(e.cache().pool().num_used(), 7);
 }
 
 TEST(Engine, AnExhaustedPoolRefusesTheStepAndLeavesOtherSequencesIntact) {
