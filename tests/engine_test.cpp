@@ -160,6 +160,21 @@ TEST(Engine, H2OAccumulatesTheAttentionOfEveryQuery) {
   EXPECT_NEAR(total_after, 11.0 * m.config.num_layers * m.config.num_heads, 1e-3);
 }
 
+// After a round H2O forgets the evicted tokens, not the kept ones: every survivor
+// keeps the attention it had gathered (a token that restarted at 0 would be the
+// next round's first victim).
+TEST(Engine, H2OKeepsTheSumsOfTheTokensItKeeps) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config_for(MemoryStrategy::Compact, "h2o", /*budget=*/8));  // rounds at 8 + 6 live
+  const int seq = e.add_sequence();
+  e.prefill(seq, tokens(10));
+  int token = 1;
+  while (e.cache().sequence(seq).live != 8) e.decode(seq, token++);  // the step that made 14 evicted 6
+  ASSERT_EQ(e.stats(seq).rounds, 1);
+  const std::vector<int64_t> pos = e.cache().live_positions(seq);
+  for (float score : e.policy(seq)->scores({pos, e.cache().sequence(seq).next_pos})) EXPECT_GT(score, 0.0f);
+}
+
 // SnapKV votes with the last window() = 32 queries of a prefill: the tokens they
 // cover are kept outright (+inf), those before them scored by the votes. A 40-token
 // prompt: positions 0-7 finite, 8-39 infinite (engine.cpp's sum_from and the count
