@@ -34,6 +34,14 @@ EngineConfig config_for(MemoryStrategy strategy, const std::string& policy, int 
   return c;
 }
 
+// No eviction: `num_blocks` blocks of 4 tokens.
+EngineConfig plain(int num_blocks) {
+  EngineConfig c;
+  c.num_blocks = num_blocks;
+  c.block_size = 4;
+  return c;
+}
+
 // Greedy decoding, teacher-forced with the tokens of `script` when given: logits of every step.
 std::vector<std::vector<float>> run(const Model& m, Engine& e, const std::vector<int>& script) {
   const int seq = e.add_sequence();
@@ -196,10 +204,7 @@ TEST(Engine, SnapKVVotesWithTheLastWindowOfALongPrefill) {
 // tokens needs ceil(13 / 4) = 4.
 TEST(Engine, StatsAreTheSequencesOwn) {
   Model m = load_model(test::tiny_model("tiny-tied"));
-  EngineConfig c;
-  c.num_blocks = 64;
-  c.block_size = 4;
-  Engine e(m, c);
+  Engine e(m, plain(64));
   const int a = e.add_sequence(), b = e.add_sequence();
   e.prefill(a, tokens(12));
   e.prefill(b, tokens(13));
@@ -212,10 +217,7 @@ TEST(Engine, StatsAreTheSequencesOwn) {
 
 TEST(Engine, AnExhaustedPoolRefusesTheStepAndLeavesOtherSequencesIntact) {
   Model m = load_model(test::tiny_model("tiny-tied"));
-  EngineConfig c;
-  c.num_blocks = 3;
-  c.block_size = 4;
-  Engine e(m, c);
+  Engine e(m, plain(3));
   const int a = e.add_sequence(), b = e.add_sequence();
   e.prefill(a, {1, 2, 3, 4, 5, 6, 7, 8});  // 2 blocks
   e.prefill(b, {9, 10, 11});               // 1 block: the pool is full
