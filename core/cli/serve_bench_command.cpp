@@ -289,8 +289,8 @@ TraceHeader trace_header(const ServeBenchArgs& a, const EngineConfig& evicting, 
                       {"budget", std::to_string(last == "none" ? 0 : a.budget)},
                       {"requests", std::to_string(a.requests)},
                       {"bytes_per_token", std::to_string(block_bytes / size_t(a.block_size))}}};
-  int preemptions = 0;  // each one gave its request another sequence
-  for (const Request& q : requests) preemptions += int(q.seqs.size()) - 1;
+  int preemptions = 0;
+  for (const Request& q : requests) preemptions += q.preemptions;
   header.meta["preemptions"] = std::to_string(preemptions);
   if (!text_ids.empty())
     for (const Request& q : requests) {
