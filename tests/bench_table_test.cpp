@@ -2,10 +2,14 @@
 // which rows a command prints for the options given.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "run_kvscope.h"
+#include "test_paths.h"
 
 namespace kvscope {
 namespace {
@@ -27,6 +31,42 @@ TEST(BenchAttention, OneRowPerQueryCountAndContext) {
   const test::ProgramRun one = test::run_kvscope("bench attention --contexts 1,16 --queries 1 --repeats 1");
   ASSERT_EQ(one.code, 0) << one.output;
   EXPECT_EQ(rows(one.output), 2) << one.output;
+}
+
+// Each table in `output` (a run of lines that start with '|') has as many cells in
+// every line as in its header, so it renders as a Markdown table when pasted.
+void expect_markdown_tables(const std::string& output) {
+  std::istringstream in(output);
+  int header_bars = -1;  // '|' in the current table's header; -1 outside a table
+  int tables = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '|') {
+      header_bars = -1;
+      continue;
+    }
+    const int bars = int(std::count(line.begin(), line.end(), '|'));
+    if (header_bars < 0) {
+      header_bars = bars;
+      ++tables;
+    }
+    EXPECT_EQ(bars, header_bars) << "a line whose cells do not match its table's header:\n" << line;
+  }
+  EXPECT_GT(tables, 0) << output;
+}
+
+// A cell that holds '|' (as "max |flash - eager|" once did) splits in two.
+TEST(BenchTables, EveryTableIsMarkdown) {
+  const std::string config = test::tiny_model("tiny-untied") + "/config.json";
+  const std::vector<std::string> commands = {
+      "bench attention --contexts 16 --queries 4 --repeats 1",
+      "bench compaction --tokens 64 --repeats 1",
+      "bench decode --prompt-tokens 8 --decode-tokens 2 --threads 1 --bandwidth-gib 0.01 --config " + config};
+  for (const std::string& args : commands) {
+    SCOPED_TRACE(args);
+    const test::ProgramRun r = test::run_kvscope(args);
+    ASSERT_EQ(r.code, 0) << r.output;
+    expect_markdown_tables(r.output);
+  }
 }
 
 }  // namespace

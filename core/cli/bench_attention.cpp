@@ -77,7 +77,7 @@ void run_attention_bench(const AttentionBenchArgs& a) {
               shown_path(a.config).c_str(), plural(c.num_heads, "query head").c_str(),
               plural(c.num_kv_heads, "KV head").c_str(), c.head_dim);
   std::printf("machine: %s, %s\n\n", cpu_name().c_str(), plural(omp_get_max_threads(), "thread").c_str());
-  std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max |flash - eager| |\n");
+  std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max abs(flash - eager) |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
 
   SplitMix64 rng(42);

@@ -134,7 +134,7 @@ void run_bench(const BenchArgs& a) {
   check_bench_args(a, config, decode_context);
   for (const std::string& w : a.weights) check_random_model_fits(config, w == "f32" ? DType::F32 : DType::BF16);
 
-  std::printf("kvscope bench: %s (%s parameters), random weights\n", shown_path(a.config).c_str(),
+  std::printf("kvscope bench decode: %s (%s parameters), random weights\n", shown_path(a.config).c_str(),
               params_text(config.parameter_count()).c_str());
   std::printf("machine: %s, %d hardware threads\n", cpu_name().c_str(), omp_get_num_procs());
 
