@@ -156,13 +156,15 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
   }
 }
 
-// Tokens as words, on lines, in a scrolling child.
+// Tokens as words, on lines, in a scrolling child as tall as the whole lines that fit
+// in `area` (a line cut in half at the bottom reads as a line of different words).
 void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area) {
-  ImGui::BeginChild("sequence-text", area, false);
+  const float line_h = ImGui::GetTextLineHeight() + 4;
+  const float view_h = std::max(1.0f, std::floor(area.y / line_h)) * line_h;
+  ImGui::BeginChild("sequence-text", {area.x, view_h}, false);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 start = ImGui::GetCursorScreenPos();
   const float width = ImGui::GetContentRegionAvail().x;
-  const float line_h = ImGui::GetTextLineHeight() + 4;
   float x = start.x, y = start.y, newest_y = y;
   const ImVec2 m = ImGui::GetIO().MousePos;
   const bool window_hovered = ImGui::IsWindowHovered();
@@ -198,8 +200,11 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
   // place in the content, already net of the current scroll.
   const float view_top = ImGui::GetWindowPos().y;
   app.strip = {app.session->playing, newest_y, newest_y + line_h, view_top, view_top + ImGui::GetWindowSize().y};
-  if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - area.y + 2 * line_h));
+  if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - view_h + 2 * line_h));
   ImGui::EndChild();
+  // The part of a line left over, so that what follows starts where it would have.
+  const float left_over = area.y - view_h - ImGui::GetStyle().ItemSpacing.y;
+  if (left_over > 0) ImGui::Dummy({area.x, left_over});
 }
 
 }  // namespace

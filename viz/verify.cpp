@@ -8,6 +8,7 @@
 // where every view slides fails: nothing was checked). While playing, the sequence
 // strip's text must show the newest written token.
 #include <climits>
+#include <cmath>
 
 #include "app.h"
 #include "palette.h"
@@ -114,13 +115,15 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
   }
   if (strip.following) {
     const bool shown = strip.newest_top >= strip.view_top && strip.newest_bottom <= strip.view_bottom;
-    if (!shown) ok = false;
+    const float lines = (strip.view_bottom - strip.view_top) / (strip.newest_bottom - strip.newest_top);
+    const bool whole = std::fabs(lines - std::round(lines)) < 0.01f;  // no line cut in half at the bottom
+    if (!shown || !whole) ok = false;
     const auto y = [](float v) { return std::to_string(int(v)); };
     report += std::string("verify: the sequence strip ") +
               (shown ? "shows its newest written token"
                      : "does not show its newest written token (its row is at y " + y(strip.newest_top) +
                            ", the strip shows y " + y(strip.view_top) + " to " + y(strip.view_bottom) + ")") +
-              "\n";
+              (whole ? "" : "; it is " + fmt("%.2f", lines) + " lines tall, not a whole number") + "\n";
   }
   return report;
 }
