@@ -331,6 +331,41 @@ TEST(Scheduler, WithEvictionARequestNeedsItsBudgetAndSlackAndOneChunk) {
   EXPECT_EQ(s.request(0).output.size(), 61u);
 }
 
+// Two requests of 4 prompt + 9 new tokens (12 fed at the end, 3 blocks of 4 each) in a
+// pool of 3, worked by hand. A request is admitted for the blocks its context needs
+// now, and preempted when the pool runs out.
+//   Step 1 prefills A (1 block); A samples its first token.
+//   Step 2: A's 5th token opens a block, which leaves 3 - 1 - 1 = 1 free for B, whose
+//   4-token prompt needs exactly 1: B is admitted, and the pool is full after the step.
+//   Step 3: B's 5th token needs a block and none is free: B, the newest, is preempted.
+//   It held 1 block and asked for 1, so it waits for 2, and its 4 fed tokens will be
+//   fed again.
+TEST(Scheduler, AdmissionAndPreemptionWorkedByHand) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::HolesOnly, "", 0, /*num_blocks=*/3));
+  Scheduler s(e, {8, 0});
+  s.submit(tokens(4, 1), 9);
+  s.submit(tokens(4, 2), 9);
+  s.step();
+  EXPECT_EQ(s.num_running(), 1);
+  EXPECT_EQ(e.cache().pool().num_free(), 2);
+  s.step();
+  EXPECT_EQ(s.num_running(), 2) << "the one block A's step leaves is what B needs";
+  EXPECT_EQ(e.cache().pool().num_free(), 0);
+  EXPECT_EQ(s.stats().preemptions, 0);
+  s.step();
+  const Request& b = s.request(1);
+  EXPECT_EQ(s.stats().preemptions, 1);
+  EXPECT_EQ(b.preemptions, 1);
+  EXPECT_EQ(b.seq, -1);
+  EXPECT_EQ(b.need, 1 + 1) << "the block it held and the block its step asked for";
+  EXPECT_EQ(s.stats().recomputed_tokens, 4);
+  EXPECT_EQ(s.request(0).preemptions, 0);
+  s.run();
+  EXPECT_EQ(s.request(0).output.size(), 9u);
+  EXPECT_EQ(b.output.size(), 9u);
+}
+
 TEST(Scheduler, ALoneRequestThatOutgrowsThePoolIsAnErrorNotAHang) {
   // Eviction keeps 16 tokens, which compaction would hold in 6 blocks of 4; but
   // holes only with random eviction leaves survivors scattered over ever more
