@@ -98,7 +98,7 @@ void CudaBackend::gemv(float* out, const float* x, const DeviceMatrix& W, int n)
 
 // out = x W^T for T rows of x, by cuBLAS.
 void CudaBackend::gemm(float* out, const float* x, const DeviceMatrix& W, int T) {
-  if (W.type == WeightType::BF16) gemm_scratch_.reserve(size_t(16) << 20);  // 64 MB: bands of widened rows
+  if (W.type == WeightType::BF16) gemm_scratch_.reserve(size_t(16) << 20);  // 64 MiB: bands of widened rows
   matmul(out, x, W.data, W.type, T, W.rows, W.cols, gemm_scratch_.get(), gemm_scratch_.size());
 }
 
@@ -196,8 +196,9 @@ void CudaBackend::layer_forward(int l, std::vector<float>* queries) {
 void CudaBackend::upload_step(const std::vector<int>& tokens, const std::vector<const Placement*>& placed,
                               const std::vector<const std::vector<int>*>& tables) {
   const ModelConfig& c = model_.config;
-  std::vector<int> slot_mapping, q_pos, block_table;
-  std::vector<int> slot_pos;                  // -1: a hole, or not written yet
+  std::vector<int> slot_mapping, q_pos;       // [rows] where each row's K/V goes (block * block_size + slot), its position
+  std::vector<int> block_table;               // [the pieces' table blocks] their tables, one after another
+  std::vector<int> slot_pos;                  // [the tables' slots] each slot's position; -1: a hole, or not written yet
   std::vector<int> row_start, row_slots;      // [decode rows]
   size_t probs = 0;                           // floats of P for the largest eager prefill chunk
   sums_per_layer_ = 0;

@@ -51,7 +51,7 @@ class CudaBackend final : public Backend {
     WeightType type = WeightType::F32;
     int rows = 0, cols = 0;
   };
-  struct DeviceLayer {
+  struct DeviceLayer {  // as LayerWeights, on the device
     const float *input_norm, *q_norm, *k_norm, *post_norm;
     DeviceMatrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
   };
@@ -115,16 +115,28 @@ class CudaBackend final : public Backend {
   DeviceArray<int> row_start_, row_slots_;  // [decode rows] where each one's table starts in them, its length
   DeviceArray<int64_t> eager_row_sums_;     // [eager decode rows] where each one's sums start in a layer's, or -1
   DeviceArray<int> last_rows_;              // [items] each item's last row (its logits' row)
-  // Activations (as RunState) and scratch.
-  DeviceArray<float> x_, h_, q_, k_new_, v_new_, att_, gate_, up_, logits_;
-  DeviceArray<float> gemm_scratch_, attention_workspace_, probs_;
-  DeviceArray<float> prob_sums_;        // [num_layers, sums_per_layer_]
-  std::vector<float> prob_sums_host_;   // the same, downloaded once per step
-  std::vector<float> logits_host_;  // [T or items, vocab] the last answer
-  // Compaction and TriAttention inputs.
-  DeviceArray<int> move_from_, move_to_, score_slots_;
-  DeviceArray<float> score_w_, score_gap_;
-  DeviceArray<double> score_raw_;
+  // Activations for every row of the step (as RunState).
+  DeviceArray<float> x_;                // [rows, hidden]        the residual stream
+  DeviceArray<float> h_;                // [rows, hidden]        normed input of a block / block output
+  DeviceArray<float> q_;                // [rows, q_dim]
+  DeviceArray<float> k_new_, v_new_;    // [rows, kv_dim]        this step's K and V, before kv_write
+  DeviceArray<float> att_;              // [rows, q_dim]         attention output, before o_proj
+  DeviceArray<float> gate_, up_;        // [rows, intermediate]
+  DeviceArray<float> logits_;           // [items, vocab]        each item's last row (or every row)
+  // Scratch.
+  DeviceArray<float> gemm_scratch_;         // 16M floats (64 MiB): bf16 weight rows widened to f32, a band at a time
+  DeviceArray<float> attention_workspace_;  // paged_attention_workspace(): each thread block's partial (m, l, O)
+  DeviceArray<float> probs_;                // [n_heads, T, table_slots] P of the largest eager piece
+  DeviceArray<float> prob_sums_;            // [num_layers, sums_per_layer_]
+  std::vector<float> prob_sums_host_;       // the same, downloaded once per step
+  std::vector<float> logits_host_;          // [T or items, vocab] the last answer
+  // Compaction's move plan: [moves] each move's source and destination, as block * block_size + slot.
+  DeviceArray<int> move_from_, move_to_;
+  // TriAttention's inputs and output (Backend::key_scores).
+  DeviceArray<int> score_slots_;   // [n] the scored keys, as block * block_size + slot
+  DeviceArray<float> score_w_;     // [num_layers * n_heads, head_dim]   the trigonometric weights
+  DeviceArray<float> score_gap_;   // [num_layers * n_heads, head_dim/2] the norm weights
+  DeviceArray<double> score_raw_;  // [num_layers * n_heads, n]          each key's raw score per head
 };
 
 }  // namespace kvscope::cuda

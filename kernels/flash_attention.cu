@@ -9,7 +9,7 @@
 //   V  [kKeyTile][head_dim + 1]     this tile of values
 //   S  [kQueryTile][kKeyTile]       scores, then probabilities, of this tile
 //   O  [kQueryTile][head_dim]       the running output
-//   m, l, rescale [kQueryTile]      running max, running sum, this tile's rescale factor
+//   m, l, correction [kQueryTile]  running max, running sum, this tile's correction factor
 //   query_pos [kQueryTile], key_pos [kKeyTile]   (int) the positions of the queries and this tile's keys
 //
 // The +1 on the rows of Q, K, V is padding: in step 3 a warp's threads read the
@@ -22,9 +22,9 @@
 //      skipped whole, as on the CPU (in a causal prefill, about half of them);
 //      else all threads load K, V (each slot's row is contiguous: coalesced);
 //   3. all threads compute S = Q K^T / sqrt(d), masked by position (holes, later tokens);
-//   4. one thread per query row folds S into its running softmax: new max, rescale
+//   4. one thread per query row folds S into its running softmax: new max, correction
 //      factor exp(m_old - m_new), probabilities p = exp(s - m_new), running sum;
-//   5. all threads update O = O * rescale + P V, one (row, dim) entry at a time.
+//   5. all threads update O = O * correction + P V, one (row, dim) entry at a time.
 // At the end O / l is the attention output. Only the tiles live in fast memory,
 // never a row of scores: memory stays O(tile), whatever the context.
 #include "common.cuh"
@@ -59,8 +59,8 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
   float* O = S + kQueryTile * kKeyTile;
   float* m = O + kQueryTile * hd;
   float* l = m + kQueryTile;
-  float* rescale = l + kQueryTile;
-  int* query_pos = reinterpret_cast<int*>(rescale + kQueryTile);
+  float* correction = l + kQueryTile;
+  int* query_pos = reinterpret_cast<int*>(correction + kQueryTile);
   int* key_pos = query_pos + kQueryTile;
 
   // 1. The query tile (rows past T are zeros with position -1: they see nothing).
@@ -126,22 +126,22 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
       for (int jj = 0; jj < kKeyTile; ++jj) m_tile = fmaxf(m_tile, row[jj]);
       const float m_new = fmaxf(m[r], m_tile);
       if (m_new == -INFINITY) {  // nothing visible yet: keep O, l, m as they are
-        rescale[r] = 1.0f;
+        correction[r] = 1.0f;
         for (int jj = 0; jj < kKeyTile; ++jj) row[jj] = 0.0f;
       } else {
-        rescale[r] = expf(m[r] - m_new);  // 0 when m[r] was -inf
+        correction[r] = expf(m[r] - m_new);  // 0 when m[r] was -inf
         float sum = 0.0f;
         for (int jj = 0; jj < kKeyTile; ++jj) sum += (row[jj] = expf(row[jj] - m_new));  // exp(-inf) = 0
-        l[r] = l[r] * rescale[r] + sum;
+        l[r] = l[r] * correction[r] + sum;
         m[r] = m_new;
       }
     }
     __syncthreads();
 
-    // 5. O = O * rescale + P V.
+    // 5. O = O * correction + P V.
     for (int e = threadIdx.x; e < kQueryTile * hd; e += blockDim.x) {
       const int r = e / hd, d = e % hd;
-      float acc = O[e] * rescale[r];
+      float acc = O[e] * correction[r];
       for (int jj = 0; jj < kKeyTile; ++jj) acc += S[r * kKeyTile + jj] * V[jj * ld + d];
       O[e] = acc;
     }
@@ -158,7 +158,7 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
 void flash_attention(float* out, const float* q, const int* q_pos, int T, const PagedKv& kv, Heads h) {
   if (kv.row_start) throw Error("flash_attention: one block table for all queries (row tables are for paged_attention)");
   const size_t bytes = shared_bytes(h.head_dim);
-  // Above 48 KiB of shared memory a kernel must ask for it (head_dim 128 needs about 52 KiB).
+  // Above 48 KiB of shared memory a kernel must ask for it (head_dim 128 needs 51,904 bytes, 50.7 KiB).
   CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   const float scale = 1.0f / sqrtf(float(h.head_dim));
   flash_attention_kernel<<<dim3(ceil_div(size_t(T), kQueryTile), h.n_heads), kThreads, bytes>>>(out, q, q_pos, T, kv,

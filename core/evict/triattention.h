@@ -46,13 +46,15 @@ double tri_omega(int band, int head_dim, double theta);
 //   trig(l, h, k~) = mean over delta of S_trig(t - p + delta)   (no need to know p)
 //   norm(l, h, k~) = S_norm = sum_f (m_f - |qbar_f|) |k_f|
 //   score          = trig + norm
+// trig and norm are the per-key form (the tests check them against the paper's sums);
+// the policy scores every live key at once with w and gap, through key_scores
+// (model/attention.h, or the backend's).
 class TriScorer {
  public:
   TriScorer(const TriCalibration& cal, int64_t t);
 
   double trig(int layer, int head, const float* key) const;  // key: [head_dim], post-RoPE
   double norm(int layer, int head, const float* key) const;
-  double score(int layer, int head, const float* key) const { return trig(layer, head, key) + norm(layer, head, key); }
 
   // The "future query" of a head: w = [u; v] with u_f + i v_f = qbar_f mean_delta e^{i omega_f (t + delta)};
   // trig(k~) = w . k~.                                                          [head_dim]

@@ -145,7 +145,7 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
       std::copy_n(kv.key(layer, keys.slots[j]) + g * hd, hd, K.row(j).data());
       std::copy_n(kv.value(layer, keys.slots[j]) + g * hd, hd, V.row(j).data());
     }
-    RowMatrix Q(T, hd), P(T, n);
+    RowMatrix Q(T, hd), P(T, n);  // [T, hd] one head's queries; [T, n] their probabilities over the keys
     for (int h = g * group; h < (g + 1) * group; ++h) {
       for (int t = 0; t < T; ++t) std::copy_n(q + size_t(t) * q_dim + size_t(h) * hd, hd, Q.row(t).data());
       // P = softmax(Q K^T / sqrt(d)) with the causal mask, row by row.  [T, n]
@@ -193,7 +193,7 @@ void key_scores(double* raw, const float* w, const float* gap, const std::vector
   OmpErrors errors;
 #pragma omp parallel for schedule(dynamic, 1) if (double(L) * H * n * d > kMinParallelAttention)
   for (int l = 0; l < L; ++l) errors.run([&] {
-    std::vector<double> kabs(static_cast<size_t>(half));
+    std::vector<double> kabs(static_cast<size_t>(half));  // [head_dim/2] |k_f| of the key's band f
     for (int i = 0; i < n; ++i) {
       const float* key = kv.key(l, slots[i]);
       for (int g = 0; g < shape.n_kv_heads; ++g) {
@@ -202,10 +202,10 @@ void key_scores(double* raw, const float* w, const float* gap, const std::vector
         for (int h = g * G; h < (g + 1) * G; ++h) {
           const float* wh = w + (size_t(l) * H + h) * d;
           const float* gh = gap + (size_t(l) * H + h) * half;
-          double s = 0;
-          for (int j = 0; j < d; ++j) s += double(wh[j]) * k[j];
-          for (int f = 0; f < half; ++f) s += double(gh[f]) * kabs[f];
-          raw[(size_t(l) * H + h) * n + i] = s;
+          double s_trig = 0, s_norm = 0;
+          for (int j = 0; j < d; ++j) s_trig += double(wh[j]) * k[j];        // w . k~
+          for (int f = 0; f < half; ++f) s_norm += double(gh[f]) * kabs[f];  // gap . |k|
+          raw[(size_t(l) * H + h) * n + i] = s_trig + s_norm;
         }
       }
     }

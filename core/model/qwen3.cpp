@@ -51,10 +51,10 @@ static void piece_attention(const Step& st, const Piece& p, int layer) {
   const ModelConfig& c = st.c;
   RunState& s = st.s;
   const int hd = c.head_dim;
-  float* q = s.q.data() + size_t(p.row0) * c.q_dim();
-  float* k = s.k.data() + size_t(p.row0) * c.kv_dim();
-  const float* v = s.v.data() + size_t(p.row0) * c.kv_dim();
-  float* att = s.att.data() + size_t(p.row0) * c.q_dim();
+  float* q = s.q.data() + size_t(p.row0) * c.q_dim();          // [p.T, q_dim]
+  float* k = s.k.data() + size_t(p.row0) * c.kv_dim();         // [p.T, kv_dim]
+  const float* v = s.v.data() + size_t(p.row0) * c.kv_dim();   // [p.T, kv_dim]
+  float* att = s.att.data() + size_t(p.row0) * c.q_dim();      // [p.T, q_dim]
   for (int t = 0; t < p.T; ++t) {
     rope(q + size_t(t) * c.q_dim(), c.num_heads, hd, int(p.place.pos[t]), c.rope_theta);
     rope(k + size_t(t) * c.kv_dim(), c.num_kv_heads, hd, int(p.place.pos[t]), c.rope_theta);
