@@ -61,7 +61,7 @@ struct Args {
 }
 
 void parse_size(const std::string& s, int& w, int& h) {
-  int used = 0;  // the whole text, not a prefix: "800x600x3" once opened 800x600 without a word
+  int used = 0;  // the whole text, not a prefix: "800x600x3" is an error, not 800x600
   if (std::sscanf(s.c_str(), "%dx%d%n", &w, &h, &used) != 2 || size_t(used) != s.size() || w < 200 || h < 150 ||
       w > 16384 || h > 16384)
     fail("--size must be WIDTHxHEIGHT between 200x150 and 16384x16384, got \"" + s + "\"");
@@ -409,7 +409,7 @@ int run(const Args& a) {
 
   // Where the clock stands, and where the mouse points: checked before a display is opened.
   if (headless || !a.at.empty()) place(*app.session, a.play && a.at.empty() ? "start" : a.at);
-  if (a.play && app.session->cursor() >= app.session->length())  // once, --play rewound to the start unasked
+  if (a.play && app.session->cursor() >= app.session->length())  // refused, not rewound to the start unasked
     fail("--play from --at " + (a.at.empty() ? "start" : a.at) +
          ": that is the end of the run, where nothing is left to play");
   const ImVec2 mouse = mouse_position(a, width, height);

@@ -221,7 +221,7 @@ void write_trace(const std::string& path, const TraceHeader& header, const Event
       throw file_error(path, "trace metadata key \"" + k +
                                  "\" must be a plain word other than block_size, num_blocks, strategy, events");
   // What read_trace would refuse is not written (a serve-bench run of 2^20 sequences
-  // once wrote a trace its reader refused): the same checks, header and records.
+  // could write one): the same checks, header and records.
   for (size_t i = 0; i < events.size(); ++i) check_record(events[i], header, i, path);
   write_file_atomically(path, [&](std::ostream& out) {  // whole, or the file before stays
     const std::string line = header_line(header, events.size());

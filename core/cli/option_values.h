@@ -62,8 +62,8 @@ inline CLI::Validator number_check(double low, bool above_low, double high, cons
       name);
 }
 
-// A file to write (--trace, --json, --out, --screenshot): "" would once mean "none",
-// and the run went on with exit code 0 having written nothing.
+// A file to write (--trace, --json, --out, --screenshot): "" is refused, or the run
+// would go on with exit code 0 having written nothing.
 inline const CLI::Validator kFileName(
     [](std::string& name) { return name.empty() ? std::string("an empty file name") : std::string(); }, "FILE");
 

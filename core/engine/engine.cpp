@@ -23,7 +23,7 @@ void check_engine_memory(const ModelConfig& c, const EngineConfig& config) {
 
 // config.num_blocks, once the pool's tables and the CPU K/V are known to fit
 // (before the cache, the first member to allocate, is made).
-static int num_blocks_that_fit(const ModelConfig& c, const EngineConfig& config) {
+static int checked_num_blocks(const ModelConfig& c, const EngineConfig& config) {
   check_engine_memory(c, config);
   return config.num_blocks;
 }
@@ -31,7 +31,7 @@ static int num_blocks_that_fit(const ModelConfig& c, const EngineConfig& config)
 Engine::Engine(const Model& model, const EngineConfig& config, EventLog* log)
     : model_(model),
       config_(config),
-      cache_(num_blocks_that_fit(model.config, config), config.block_size, config.strategy, log),
+      cache_(checked_num_blocks(model.config, config), config.block_size, config.strategy, log),
       backend_(config.backend ? config.backend(model, config.num_blocks, config.block_size)
                               : std::make_unique<CpuBackend>(model, config.num_blocks, config.block_size)) {
   config_.schedule.validate();
@@ -70,8 +70,8 @@ static void observe_options(EvictionPolicy* policy, int T, std::vector<float>* s
 }
 
 // Logits that are not finite (activations that overflowed, or NaN or inf weights) are
-// refused. Unchecked, greedy sampling turned NaN logits into token 0 at every step, and
-// eval compared NaN with NaN and reported 100% agreement with the full cache.
+// refused: greedy sampling would turn NaN logits into token 0 at every step, and eval,
+// comparing NaN with NaN, would report 100% agreement with the full cache.
 static void check_logits_finite(const float* logits, int vocab, int seq) {  // logits: [vocab]
   for (int id = 0; id < vocab; ++id)
     if (!std::isfinite(logits[id]))

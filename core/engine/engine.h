@@ -11,12 +11,10 @@
 // Every change to the cache is an event in the log (if one is given).
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <vector>
 
 #include "cache/kv_cache.h"
-#include "cache/kv_storage.h"
 #include "evict/policy.h"
 #include "model/backend.h"
 #include "model/qwen3.h"

@@ -2,6 +2,11 @@
 // it has received so far, accumulated over every query since it entered the cache
 // (prefill and decode), summed over layers and heads. The heavy hitters plus the
 // recent window are kept. Needs the attention probabilities: the eager path.
+//
+//   score(p) = sum over steps, layers l, query heads h and the step's queries t of P[l, h, t, p]
+//
+// The sum over t is eager attention's prob_sums (model/attention.h), the sum over l
+// and h is Engine::after_forward's, and the sum over steps is observe() below.
 #pragma once
 
 #include <unordered_map>

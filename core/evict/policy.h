@@ -8,8 +8,8 @@
 //        + the highest-scoring of the rest, until `budget` tokens are kept.
 //
 // One selection per sequence, shared by every layer and head: a token is kept or
-// dropped everywhere, so one slot table serves all layers. (Per-head selection,
-// as some papers do, is a possible later step.)
+// dropped everywhere, so one slot table serves all layers (some papers select per
+// head; then each head would need its own table).
 #pragma once
 
 #include <cstdint>

@@ -21,14 +21,12 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "evict/policy.h"
 #include "evict/triattention_calibration.h"
-#include "model/weights.h"
 
 namespace kvscope {
 

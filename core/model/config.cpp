@@ -128,7 +128,7 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.max_position_embeddings = j.contains("max_position_embeddings") ? positive_int(j, "max_position_embeddings", source) : 32768;
   // Read as a double and checked before it becomes a float: 1e300 is past a float's
-  // range (converting it is undefined behaviour), and was once accepted as infinity.
+  // range (converting it is undefined behaviour), and would become infinity.
   const double eps = optional_field<double>(j, "rms_norm_eps", c.rms_norm_eps, "a number", source);
   if (!(eps > 0) || eps > std::numeric_limits<float>::max())
     throw file_error(source, "rms_norm_eps must be a positive number a float holds, got " + j["rms_norm_eps"].dump());
@@ -179,7 +179,7 @@ ModelConfig load_config_file(const std::string& path) {
 
 void check_model_folder(const std::string& model_dir) {
   namespace fs = std::filesystem;
-  if (model_dir.empty()) throw Error("an empty model folder name");  // once ": no such folder"
+  if (model_dir.empty()) throw Error("an empty model folder name");  // not ": no such folder"
   std::error_code ec;
   const fs::file_status st = fs::status(model_dir, ec);
   if (!fs::exists(st)) throw Error(model_dir + ": no such folder");

@@ -83,7 +83,7 @@ Model load_model(const std::string& model_dir, WeightFormat format = WeightForma
 // without the real checkpoint. Matrices held in `dtype` (F32 or BF16).
 Model random_model(const ModelConfig& config, DType dtype, uint64_t seed);
 // What random_model checks first: kvscope::Error when its weights would not fit in
-// memory (a 32B shape for bench decode once ran out after its bandwidth lines).
+// memory (bench decode asks before its first line: a 32B shape must not run out halfway).
 void check_random_model_fits(const ModelConfig& config, DType dtype);
 
 }  // namespace kvscope
