@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
 #include "engine/generate.h"
 #include "evict/policy.h"
@@ -206,7 +207,7 @@ std::shared_ptr<Run> record_shared_pool(const RunSettings& s, MemoryStrategy str
   for (int k = 0; k < n; ++k) {
     length[size_t(k)] = std::max<int64_t>(1, std::llround(double(s.tokens) * kLength[k % 4]));
     start[size_t(k)] = s.tokens / 8 * k;
-    blocks += (length[size_t(k)] + s.block_size - 1) / s.block_size;
+    blocks += blocks_for_tokens(length[size_t(k)], s.block_size);
   }
   run->header.num_blocks = int(blocks);
 
@@ -295,7 +296,7 @@ void record_serving(Run& run, const RunSettings& s, MemoryStrategy strategy, con
   c.block_size = s.block_size;
   c.strategy = strategy;
   c.schedule = schedule;
-  c.num_blocks = (n - 1) * ((s.budget + s.slack + chunk + s.block_size - 1) / s.block_size);
+  c.num_blocks = (n - 1) * int(blocks_for_tokens(s.budget + s.slack + chunk, s.block_size));
   auto next_seq = std::make_shared<int>(0);  // the engine numbers its sequences 0, 1, ... as it adds them
   Run* r = &run;
   c.policy = [inner, r, next_seq] { return std::make_unique<RecordingPolicy>(inner(), *r, (*next_seq)++); };
@@ -327,7 +328,7 @@ void record_generation(Run& run, const RunSettings& s, MemoryStrategy strategy, 
   o.engine.block_size = s.block_size;
   o.engine.strategy = strategy;
   o.engine.schedule = schedule;
-  o.engine.num_blocks = (total + s.block_size - 1) / s.block_size;
+  o.engine.num_blocks = int(blocks_for_tokens(total, s.block_size));
   Run* r = &run;
   o.engine.policy = [inner, r] { return std::make_unique<RecordingPolicy>(inner(), *r, 0); };
   o.events = &run.events;

@@ -101,7 +101,7 @@ int64_t PagedKvCache::blocks_needed(int seq, int64_t T) const {
   int64_t n = T;  // tokens that do not fit in the sequence's own slots
   if (!s.blocks.empty()) n -= block_size_ - s.tail_used;
   if (strategy_ == MemoryStrategy::ReuseHoles) n -= int64_t(s.holes.size());
-  return n <= 0 ? 0 : (n + block_size_ - 1) / block_size_;
+  return n <= 0 ? 0 : blocks_for_tokens(n, block_size_);
 }
 
 SlotRef PagedKvCache::append(int seq) {
@@ -202,7 +202,7 @@ void PagedKvCache::commit_compaction(int seq, const std::vector<Move>& plan) {
     emit({EventKind::SlotMoved, seq, m.to.block, m.to.slot, m.from.block, m.from.slot, m.pos});
   }
   // Survivors now fill logical slots [0, live): free every block past them.
-  const size_t keep_blocks = (size_t(s.live) + block_size_ - 1) / block_size_;
+  const size_t keep_blocks = size_t(blocks_for_tokens(s.live, block_size_));
   while (s.blocks.size() > keep_blocks) {
     free_block(seq, s.blocks.back());
     s.blocks.pop_back();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "model/attention.h"
@@ -59,7 +60,7 @@ Timing measure(int repeats, Fn&& fn) {
 void check_fits_longest_context(const ModelConfig& c, const AttentionBenchArgs& a, int block_size) {
   const size_t n = size_t(*std::max_element(a.contexts.begin(), a.contexts.end()));
   const size_t T = std::min(size_t(a.queries), n), hd = size_t(c.head_dim);
-  const size_t storage = KvStorage::bytes_per_block(c, block_size) * ((n + block_size - 1) / block_size);
+  const size_t storage = KvStorage::bytes_per_block(c, block_size) * size_t(blocks_for_tokens(n, block_size));
   const size_t eager = size_t(omp_get_max_threads()) * (2 * n * hd + T * n + 2 * T * hd) * sizeof(float);
   const std::string queries = std::to_string(T) + (T == 1 ? " query" : " queries");
   check_fits_in_memory(storage + eager, "bench attention at a context of " + std::to_string(n) + " tokens (" + queries +
@@ -85,7 +86,7 @@ void run_attention_bench(const AttentionBenchArgs& a) {
 
   for (int n : a.contexts) {
     std::fprintf(stderr, "context %d...\n", n);
-    PagedKvCache cache((n + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly);
+    PagedKvCache cache(int(blocks_for_tokens(n, block_size)), block_size, MemoryStrategy::HolesOnly);
     KvStorage kv(c, cache.num_blocks(), block_size);
     const int seq = cache.add_sequence();
     for (int i = 0; i < n; ++i) cache.append(seq);

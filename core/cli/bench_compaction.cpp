@@ -39,7 +39,7 @@ struct CompactionBenchArgs {
 void check_fits(const ModelConfig& c, const CompactionBenchArgs& a) {
   size_t storage = 0;
   for (int bs : a.block_sizes)
-    storage = std::max(storage, KvStorage::bytes_per_block(c, bs) * ((size_t(a.tokens) + bs - 1) / bs));
+    storage = std::max(storage, KvStorage::bytes_per_block(c, bs) * size_t(blocks_for_tokens(a.tokens, bs)));
   const size_t copies = 2 * KvStorage::bytes_per_block(c, 1) * size_t(a.tokens);
   check_fits_in_memory(storage + copies, "bench compaction of " + std::to_string(a.tokens) +
                                              " tokens (the K/V storage, and memcpy's two buffers)");
@@ -65,7 +65,7 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
       double best_compact = 1e30, best_memcpy = 1e30;
       size_t bytes = 0, moves = 0;
       for (int r = 0; r < a.repeats; ++r) {
-        PagedKvCache cache((a.tokens + bs - 1) / bs, bs, MemoryStrategy::Compact);
+        PagedKvCache cache(int(blocks_for_tokens(a.tokens, bs)), bs, MemoryStrategy::Compact);
         KvStorage kv(c, cache.num_blocks(), bs);
         std::fill(kv.k.begin(), kv.k.end(), 1.0f);  // touch every page before timing
         std::fill(kv.v.begin(), kv.v.end(), 2.0f);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "cli/commands.h"
 #include "model/config.h"
 #include "util/error.h"
@@ -57,7 +58,7 @@ struct GpuLayer {
   cuda::PagedKv kv;
 
   GpuLayer(int n, double evict, const DeviceArray<float>& k, const DeviceArray<float>& v, int block_size)
-      : cache(int((int64_t(n) + block_size - 1) / block_size), block_size, MemoryStrategy::HolesOnly),
+      : cache(int(blocks_for_tokens(n, block_size)), block_size, MemoryStrategy::HolesOnly),
         seq(cache.add_sequence()) {
     fill_sequence(cache, seq, n, evict, 7);
     live = cache.sequence(seq).live;
@@ -79,7 +80,7 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
   int max_n = a.queries;
   for (int n : a.contexts) max_n = std::max(max_n, n);
   for (int n : a.eager_contexts) max_n = std::max(max_n, n);
-  const size_t slots = (size_t(max_n) + block_size - 1) / block_size * block_size;
+  const size_t slots = size_t(blocks_for_tokens(max_n, block_size)) * block_size;
   // K and V go through one host array on their way up: too big for the host is said
   // before the table (too big for the device, by cudaMalloc's error at the upload).
   check_fits_in_memory(slots * kv_dim * sizeof(float), "bench gpu-attention at " + std::to_string(max_n) +

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "cli/commands.h"
 #include "model/config.h"
 #include "util/error.h"
@@ -49,7 +50,7 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
 
   for (int n : a.tokens) {
-    const int num_blocks = (n + bs - 1) / bs;
+    const int num_blocks = int(blocks_for_tokens(n, bs));
     const size_t layer_floats = size_t(num_blocks) * bs * c.kv_dim();
     DeviceArray<float> k(layer_floats * c.num_layers), v(layer_floats * c.num_layers);
     CUDA_CHECK(cudaMemset(k.get(), 0, layer_floats * c.num_layers * sizeof(float)));  // touch every page

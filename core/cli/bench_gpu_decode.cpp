@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_cache.h"
 #include "cli/commands.h"
 #include "model/config.h"
 #include "util/error.h"
@@ -66,7 +67,7 @@ DecodeRun run_decode(const Model& model, const GpuDecodeBenchArgs& a, int n) {
   const int total = a.prompt_tokens + a.decode_tokens;
   EngineConfig ec;
   ec.block_size = 16;
-  ec.num_blocks = n * ((total + ec.block_size - 1) / ec.block_size) + 4;  // + the warm-up's two short sequences
+  ec.num_blocks = n * int(blocks_for_tokens(total, ec.block_size)) + 4;  // + the warm-up's two short sequences
   ec.backend = cuda::make_backend;
   Engine engine(model, ec);
   std::vector<int> prompt(static_cast<size_t>(a.prompt_tokens)), seqs;

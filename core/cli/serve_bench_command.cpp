@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cache/kv_cache.h"
 #include "cli/bench_util.h"
 #include "cache/occupancy.h"
 #include "cache/trace.h"
@@ -208,7 +209,7 @@ Model served_model(const ServeBenchArgs& a, const ModelConfig& shape) {
 
 // The lines above the table: the model and the requests, the pool, eviction, the machine.
 void print_setup(const ServeBenchArgs& a, const std::string& model_name, const std::string& text, size_t block_bytes) {
-  const int full_blocks = (a.prompt_len + a.output_len - 1 + a.block_size - 1) / a.block_size;
+  const int full_blocks = int(blocks_for_tokens(a.prompt_len + a.output_len - 1, a.block_size));
   std::printf("kvscope serve-bench: %s, %s of %d prompt + %s (prompts: %s), greedy\n",
               model_name.c_str(), plural(a.requests, "request").c_str(), a.prompt_len,
               plural(a.output_len, "new token").c_str(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cache/kv_cache.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/format.h"
@@ -30,7 +31,7 @@ GenerateStats generate(const Model& model, const std::vector<int>& prompt, const
 
   EngineConfig config = options.engine;
   check_block_size(config.block_size);  // before it divides anything
-  if (config.num_blocks == 0) config.num_blocks = int((total + config.block_size - 1) / config.block_size);
+  if (config.num_blocks == 0) config.num_blocks = int(blocks_for_tokens(total, config.block_size));
   Engine engine(model, config, options.events);
   const int seq = engine.add_sequence();
   if (options.on_ready) options.on_ready();

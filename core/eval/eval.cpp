@@ -178,7 +178,7 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
 
   EngineConfig base;
   base.block_size = s.block_size;
-  base.num_blocks = (s.context + s.continuation + s.block_size - 1) / s.block_size + 1;
+  base.num_blocks = int(blocks_for_tokens(s.context + s.continuation, s.block_size)) + 1;
 
   Totals full_totals;
   std::vector<Totals> totals(size_t(n_policies) * n_keep);

@@ -1,5 +1,6 @@
 #include "evict/oracle.h"
 
+#include "cache/kv_cache.h"
 #include "model/qwen3.h"
 #include "util/error.h"
 
@@ -26,7 +27,7 @@ FutureAttention record_future_attention(const Model& model, const std::vector<in
   if (prompt.empty()) throw Error("oracle: the prompt is empty");
   const ModelConfig& c = model.config;
   const int block_size = 16, n = int(prompt.size() + continuation.size());
-  PagedKvCache cache((n + block_size - 1) / block_size, block_size, MemoryStrategy::HolesOnly);
+  PagedKvCache cache(int(blocks_for_tokens(n, block_size)), block_size, MemoryStrategy::HolesOnly);
   KvStorage kv(c, cache.num_blocks(), block_size);
   const int seq = cache.add_sequence();
   RunState state;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cache/kv_cache.h"
 #include "sample/sampler.h"
 #include "util/error.h"
 #include "util/format.h"
@@ -22,7 +23,7 @@ static int max_live(const EvictionSchedule& s, int context, int chunk) {
 }
 
 int blocks_a_request_needs(const EvictionSchedule& s, int context, int chunk, int block_size) {
-  return (max_live(s, context, chunk) + block_size - 1) / block_size;
+  return int(blocks_for_tokens(max_live(s, context, chunk), block_size));
 }
 
 int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {

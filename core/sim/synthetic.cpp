@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "cache/kv_cache.h"
 #include "cache/trace.h"
 #include "util/error.h"
 #include "util/format.h"
@@ -83,7 +84,7 @@ ProtectedLaw expected_blocks_freed(int64_t tokens, int64_t evicted, int64_t sink
   ProtectedLaw law;
   law.evicted = evicted;
   law.unprotected = std::max<int64_t>(0, tokens - sinks - recent);
-  law.blocks = int((tokens + block_size - 1) / block_size);
+  law.blocks = int(blocks_for_tokens(tokens, block_size));
   if (law.unprotected == 0 || law.blocks == 0) return law;
   const double f = double(evicted) / double(law.unprotected);
   const int64_t first = sinks, last = tokens - recent;  // the unprotected positions: [first, last)
@@ -149,7 +150,7 @@ size_t simulation_peak_bytes(const SimulationConfig& c) {
   // the evicted list and the compaction plan. Measured (/usr/bin/time, 20M tokens):
   // 80 bytes a token one-shot, 13 streaming, and about 17 more a block of 1.
   const size_t per_token = c.streaming ? 16 : 96, per_block = 24;
-  const size_t blocks = size_t((c.tokens + c.block_size - 1) / c.block_size);
+  const size_t blocks = size_t(blocks_for_tokens(c.tokens, c.block_size));
   size_t bytes = size_t(c.tokens) * per_token + blocks * per_block;
   if (c.record_events) {  // --trace keeps every event until the file is written
     // Per token: written and evicted, its block's allocation and release, a round's
