@@ -100,7 +100,7 @@ void flash_attention(float* out, const float* q, const int* q_pos, int T, const 
 void eager_attention(float* out, float* probs, float* prob_sums, int sum_from, const float* q, const int* q_pos,
                      int T, const PagedKv& kv, Heads h, const int64_t* row_sums = nullptr);
 
-// TriAttention's key scores for n cached keys, every layer (CPU: key_scores in model/attention.h):
+// TriAttention's key scores for n cached keys, every layer (CPU: key_scores in model/key_scores.h):
 //   raw[(l * n_heads + h) * n + i] = w[l, h] . k_i + gap[l, h] . |k_i|     in double
 //   k_cache: [num_layers, layer_floats] with slot rows of kv_dim   slots: [n] block * block_size + slot
 //   w: [num_layers, n_heads, head_dim]   gap: [num_layers, n_heads, head_dim/2]   raw: [num_layers, n_heads, n]

@@ -1,5 +1,5 @@
 // TriAttention's key scores on the GPU: the per-key sums of evict/triattention.cpp.
-// (CPU: key_scores in model/attention.cpp.)
+// (CPU: key_scores in model/key_scores.cpp.)
 //
 // For layer l, query head h and cached (post-RoPE) key k of h's KV head:
 //   raw = w[l, h] . k  +  sum_f gap[l, h, f] * |k_f|,   |k_f| = sqrt(k[f]^2 + k[f + d/2]^2)

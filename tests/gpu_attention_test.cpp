@@ -12,6 +12,7 @@
 
 #ifdef KVSCOPE_HAVE_CUDA
 #include "model/attention.h"
+#include "model/key_scores.h"
 
 namespace kvscope {
 namespace {

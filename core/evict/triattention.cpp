@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/attention.h"
+#include "model/key_scores.h"
 #include "model/ops.h"
 #include "util/error.h"
 

@@ -46,7 +46,7 @@ double tri_omega(int band, int head_dim, double theta);
 //   score          = trig + norm
 // trig and norm are the per-key form (the tests check them against the paper's sums);
 // the policy scores every live key at once with w and gap, through key_scores
-// (model/attention.h, or the backend's).
+// (model/key_scores.h, or the backend's).
 class TriScorer {
  public:
   TriScorer(const TriCalibration& cal, int64_t t);

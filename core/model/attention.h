@@ -67,12 +67,4 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
 // 64 MiB in all it is taken to fit without looking (every decode step asks).
 void check_eager_attention_fits(int64_t T, int64_t n, int head_dim);
 
-// TriAttention's key scores (evict/triattention.h): the n keys at `slots` against
-// per-head vectors, in every layer:
-//   raw[(l * n_heads + h) * n + i] = w[l, h] . k_i + gap[l, h] . |k_i|
-// with |k_i| per rotate-half band f: sqrt(k[f]^2 + k[f + d/2]^2). Sums in double.
-//   w: [layers, n_heads, head_dim]   gap: [layers, n_heads, head_dim/2]   raw: [layers, n_heads, n]
-void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots,
-                const KvStorage& kv, AttentionShape shape);
-
 }  // namespace kvscope

@@ -1,6 +1,6 @@
 #include "model/backend.h"
 
-#include "model/attention.h"
+#include "model/key_scores.h"
 
 namespace kvscope {
 
