@@ -249,6 +249,14 @@ TEST(GpuAttention, FlashPrefillMatchesCpu) {
   check_attention(test::attention_config(1, 4, 2, 32), 200, 0, 16, 200, false, true);
 }
 
+// T = 32m + 1 in prompt order: the last query tile holds one query, at the first
+// slot of a key tile, the only key of that tile it may see.
+TEST(GpuAttention, FlashLastQueryAtTheStartOfAKeyTile) {
+  KVSCOPE_REQUIRE_GPU();
+  check_attention(test::attention_config(1, 4, 2, 32), 33, 0, 16, 33, false, true);
+  check_attention(test::attention_config(1, 4, 2, 32), 65, 0, 16, 65, false, true);
+}
+
 TEST(GpuAttention, EagerMatchesCpuWithProbabilitySums) {
   KVSCOPE_REQUIRE_GPU();
   check_attention(test::attention_config(2, 4, 2, 32), 300, 40, 16, 12, true);
@@ -281,12 +289,12 @@ TEST(GpuAttention, TriAttentionKeyScoresMatchCpu) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-9 * (1 + std::abs(want[i]))) << i;
 }
 
-TEST(GpuCompaction, ExecutesThePlanBitForBitLikeTheCpu) {
-  KVSCOPE_REQUIRE_GPU();
-  const ModelConfig c = test::attention_config(3, 4, 2, 32);
+// Compaction on the GPU against KvStorage::apply on the CPU, bit for bit, for plans
+// of dense and sparse survivors in a model shaped like c.
+void check_compaction(const ModelConfig& c, const std::vector<int>& block_sizes) {
   // Not block size 1: there every evicted token's block goes back to the pool at once,
   // so the table never has a hole and the plan is empty.
-  for (int block_size : {2, 4, 16}) {
+  for (int block_size : block_sizes) {
     for (int evict_every : {2, 3, 8}) {  // dense and sparse survivors: short and long chains of moves
       PagedKvCache cache(600 / block_size + 1, block_size, MemoryStrategy::Compact);
       const int seq = cache.add_sequence();
@@ -319,6 +327,18 @@ TEST(GpuCompaction, ExecutesThePlanBitForBitLikeTheCpu) {
       EXPECT_EQ(v.to_host(kv.v.size()), kv.v) << "block size " << block_size << ", every " << evict_every;
     }
   }
+}
+
+TEST(GpuCompaction, ExecutesThePlanBitForBitLikeTheCpu) {
+  KVSCOPE_REQUIRE_GPU();
+  check_compaction(test::attention_config(3, 4, 2, 32), {2, 4, 16});
+}
+
+// kv_dim 1024: 3 layers x K,V x 256 columns = 1536 threads, six blocks of 256
+// (the tiny shape above fits in one block, so the grid's size is never tested).
+TEST(GpuCompaction, ManyColumnsSpanSeveralThreadBlocks) {
+  KVSCOPE_REQUIRE_GPU();
+  check_compaction(test::attention_config(3, 16, 8, 128), {4});
 }
 
 }  // namespace

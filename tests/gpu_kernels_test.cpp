@@ -183,6 +183,27 @@ TEST(GpuKernels, MatmulF32AndBf16) {
   check_linear(Linear::Gemm, DType::BF16, 17, 200, 96);  // 29 bands of 7 rows widened in turn
 }
 
+// A partial last block (n not a multiple of 256) must not write past element n-1.
+TEST(GpuKernels, ElementwiseKernelsWriteOnlyTheirElements) {
+  KVSCOPE_REQUIRE_GPU();
+  const size_t n = 3000, pad = 300;
+  const float sentinel = 12345.0f;
+  std::vector<float> x = random_floats(n, 30);
+  x.resize(n + pad, sentinel);
+  const std::vector<float> y = random_floats(n + pad, 31), filled(n + pad, sentinel);
+  DeviceArray<float> d_x, d_y, d_out;
+  d_x.upload(x);
+  d_y.upload(y);
+  d_out.upload(filled);
+  cuda::add_inplace(d_x.get(), d_y.get(), n);
+  cuda::swiglu(d_out.get(), d_x.get(), d_y.get(), n);
+  const std::vector<float> gx = d_x.to_host(n + pad), go = d_out.to_host(n + pad);
+  for (size_t i = n; i < n + pad; ++i) {
+    ASSERT_EQ(gx[i], sentinel) << "add_inplace wrote x[" << i << "]";
+    ASSERT_EQ(go[i], sentinel) << "swiglu wrote out[" << i << "]";
+  }
+}
+
 }  // namespace
 }  // namespace kvscope
 

@@ -13,6 +13,7 @@
 
 #include "cuda_backend.h"
 #include "engine/engine.h"
+#include "model/backend.h"
 #include "model/weights.h"
 #include "test_paths.h"
 
@@ -29,7 +30,7 @@ PolicyFactory in_turn(std::vector<std::string> policies) {
 // under policies[i % policies.size()]. Each step's logits must agree within 1e-4,
 // and after every step the same positions must be live.
 void serve_on_both(const std::string& model, const std::vector<std::string>& policies, int n, int steps,
-                   EvictionSchedule schedule = {12, 6, 2, 5}) {
+                   EvictionSchedule schedule = {12, 6, 2, 5}, int prompt_step = 1) {
   std::string names;
   for (const std::string& p : policies) names += p + " ";
   SCOPED_TRACE(std::string(model) + ", " + names + std::to_string(n) + " sequences");
@@ -56,7 +57,7 @@ void serve_on_both(const std::string& model, const std::vector<std::string>& pol
     size_t decoding = 0;
     for (int i = 0; i < n; ++i) {
       if (step < i) continue;
-      const int fed = int(cpu.cache().sequence(seqs[i]).next_pos), prompt = 7 + i;
+      const int fed = int(cpu.cache().sequence(seqs[i]).next_pos), prompt = 7 + prompt_step * i;
       BatchItem it{seqs[i], {}};
       for (int t = fed; t < std::min(prompt, fed + 4); ++t) it.tokens.push_back((t * 31 + i * 7 + 3) % vocab);
       if (it.tokens.empty()) it.tokens.push_back((step * 17 + i) % vocab);
@@ -94,6 +95,42 @@ TEST(GpuServe, ElevenSequencesMatchTheCpu) {
 TEST(GpuServe, PagedAndEagerRowsShareAStep) {
   KVSCOPE_REQUIRE_GPU();
   serve_on_both("tiny-untied", {"h2o", "streaming"}, 5, 30);
+}
+
+// Paged rows and eager rows at different positions: each eager row must mask by
+// its own position, not by the position of the row at the same index in the step.
+TEST(GpuServe, PagedAndEagerRowsAtDifferentPositions) {
+  KVSCOPE_REQUIRE_GPU();
+  serve_on_both("tiny-untied", {"streaming", "h2o"}, 4, 24, {12, 6, 2, 5}, 8);
+}
+
+// A bf16 checkpoint served in batches: the last rows are gathered from f32 activations.
+TEST(GpuServe, Bf16WeightsBatched) {
+  KVSCOPE_REQUIRE_GPU();
+  serve_on_both("tiny-bf16-sharded", {"streaming"}, 3, 20);
+}
+
+// One decode step, a short table first and a long one (more than one paged slice of
+// 256 slots) after it: the paged launch must be sized for the longest table.
+TEST(GpuServe, ALongTableBehindAShortOneInADecodeStep) {
+  KVSCOPE_REQUIRE_GPU();
+  const Model m = load_model(test::tiny_model("tiny-untied"));
+  const int bs = 4, blocks = 100, vocab = m.config.vocab_size;
+  std::vector<int> shorter, longer;
+  for (int t = 0; t < 5; ++t) shorter.push_back((t * 31 + 3) % vocab);
+  for (int t = 0; t < 300; ++t) longer.push_back((t * 37 + 11) % vocab);
+  std::vector<std::vector<float>> logits;
+  for (bool on_gpu : {false, true}) {
+    PagedKvCache cache(blocks, bs, MemoryStrategy::HolesOnly);
+    std::unique_ptr<Backend> backend = on_gpu ? cuda::make_backend(m, blocks, bs)
+                                              : std::make_unique<CpuBackend>(m, blocks, bs);
+    const int a = cache.add_sequence(), b = cache.add_sequence();
+    backend->forward(cache, a, shorter.data(), int(shorter.size()));
+    backend->forward(cache, b, longer.data(), int(longer.size()));
+    const float* y = backend->forward_batch(cache, {BatchItem{a, {7}}, BatchItem{b, {9}}});
+    logits.emplace_back(y, y + 2 * size_t(vocab));
+  }
+  EXPECT_LE(max_abs_diff(logits[1], logits[0]), 1e-4f);
 }
 
 }  // namespace

@@ -68,6 +68,21 @@ BREAKAGES = [
      "CudaBackend: the eager decode rows read the paged rows' tables"),
     ("kernels/cuda_backend.cpp", "last_row[i] = int(tokens.size()) - 1;", "last_row[i] = int(tokens.size() - it.tokens.size());",
      "CudaBackend: a prefill chunk's logits gathered from its first row, not its last"),
+    ("kernels/elementwise.cu", "  if (i < n) x[i] += y[i];", "  if (i <= n) x[i] += y[i];",
+     "add_inplace: the bound off by one (writes x[n])"),
+    ("kernels/compaction.cu", "const size_t columns = size_t(num_layers) * 2 * (vec4",
+     "const size_t columns = size_t(num_layers) * (vec4", "compaction: the grid sized for K's columns only"),
+    ("kernels/flash_attention.cu", "any_visible |= key_pos[jj] >= 0 && key_pos[jj] <= last_query;",
+     "any_visible |= key_pos[jj] >= 0 && key_pos[jj] < last_query;",
+     "flash attention: a key tile skipped when its only visible key is the latest query's own"),
+    ("kernels/cuda_backend.cpp", "q_pos_.get() + first, n, kv,", "q_pos_.get(), n, kv,",
+     "CudaBackend: the eager decode rows masked by the paged rows' positions"),
+    ("kernels/cuda_backend.cpp", "paged_max_slots_ = std::max(paged_max_slots_, row_slots[paged_rows_]);",
+     "paged_max_slots_ = std::max(paged_max_slots_, row_slots[0]);",
+     "CudaBackend: the paged launch sized by the first decode row's table"),
+    ("kernels/cuda_backend.cpp", "embed(h_.get(), x_.get(), WeightType::F32, last_rows_.get(), n, d);",
+     "embed(h_.get(), x_.get(), embed_.type, last_rows_.get(), n, d);",
+     "CudaBackend: a batch's last rows gathered as if the activations had the weights' dtype"),
 ]
 
 FILTER = "GpuKernels*:GpuAttention*:GpuCompaction*:GpuModel.TiedF32*:GpuModel.Bf16*:GpuServe*"
