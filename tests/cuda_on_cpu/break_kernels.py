@@ -2,7 +2,7 @@
 """Shows that the CPU stand-in's tests can fail: breaks the CUDA code one way at a
 time, rebuilds kvscope_gpu_tests_on_cpu, runs it, and puts each file back.
 
-    python3 tests/cuda_on_cpu/break_kernels.py [BUILD_DIR]     (default: build; about 17 min on 2 cores)
+    python3 tests/cuda_on_cpu/break_kernels.py [BUILD_DIR]     (default: build; about 20 min on 2 cores)
 
 Prints one line per breakage with the tests that failed; exits 1 if some breakage
 failed no test. The sources are restored even when it is interrupted, and the
