@@ -169,6 +169,13 @@ TEST_F(BrokenCheckpoint, DtypeDisagreesWithByteCount) {
   expect_error(weights(), "shape and dtype need");
 }
 
+// 2^40 x 2^40 elements: the product, 2^80, wraps to 0 in 64 bits, which a check of
+// the bytes alone would take for an empty tensor.
+TEST_F(BrokenCheckpoint, ShapeWhoseProductOverflowsIsRefused) {
+  edit_weights([](Parts& p) { p.header["model.norm.weight"]["shape"] = {uint64_t(1) << 40, uint64_t(1) << 40}; });
+  expect_error(weights(), "shape is absurdly large");
+}
+
 TEST_F(BrokenCheckpoint, ShapeDisagreesWithConfig) {
   edit_weights([](Parts& p) {
     auto& shape = p.header["model.layers.0.mlp.up_proj.weight"]["shape"];

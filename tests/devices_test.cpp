@@ -1,5 +1,6 @@
-// What the GPU benchmarks print about the card's peak bandwidth: the formula with
-// its inputs, and "n/a" (never "inf%") where the driver reports no memory clock.
+// What the benchmarks print: serve-bench's median, and the GPU benchmarks' peak
+// bandwidth (the formula with its inputs, and "n/a", never "inf%", where the driver
+// reports no memory clock).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,6 +12,12 @@
 
 namespace kvscope {
 namespace {
+
+TEST(BenchText, MedianOfAnOddOrEvenCount) {
+  EXPECT_EQ(cli::median({3, 1, 2}), 2);
+  EXPECT_EQ(cli::median({4, 1, 3, 2}), 2.5);
+  EXPECT_EQ(cli::median({7}), 7);
+}
 
 TEST(BenchText, PercentOfAnUnknownWholeIsNotAvailable) {
   EXPECT_EQ(cli::percent_of(1, 4), "25%");

@@ -214,6 +214,12 @@ TEST(MemoryCommand, SmallSizesAreNotZeroGb) {
   EXPECT_NE(r.output.find("-   0.001 GB  reserve"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("= 0.00638 GB  free for the KV cache\n"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("0.00 GB"), std::string::npos) << r.output;
+  // Zero itself keeps the two decimals ("0.00 GB", not "0 GB").
+  const test::ProgramRun none =
+      run_memory("--config '" + test::source_path("assets/model/config.json") + "' --gpu-gb 0.01 --reserve-gb 0",
+                 kStdout);
+  EXPECT_EQ(none.code, 0) << none.output;
+  EXPECT_NE(none.output.find("-    0.00 GB  reserve"), std::string::npos) << none.output;
 }
 
 // One layer and one KV head (multi-query attention) read in the singular.

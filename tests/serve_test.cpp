@@ -487,6 +487,17 @@ TEST(ServeBench, BadInputIsAClearError) {
 // beside --config (a random model has neither tokenizer nor weights to read), --layers
 // without --config or beyond its layers, the eviction settings when no run evicts;
 // and --strategies names the four it takes.
+// The last new token is never fed, so 16 prompt + 1 new token hold 16 tokens at most:
+// one block of 16, and a pool of 96 fits 96 such requests.
+TEST(ServeBench, AWholeContextCountsTheTokensFed) {
+  const test::ProgramRun r = test::run_kvscope("serve-bench --model " + test::tiny_model("tiny-tied") +
+                                               " --requests 2 --prompt-len 16 --output-len 1 --blocks 96"
+                                               " --block-size 16 --strategies none --repeat 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("a request's whole context takes 1 block, so 96 fit without eviction"), std::string::npos)
+      << r.output;
+}
+
 TEST(ServeBench, OptionsItWouldIgnoreAreRefused) {
   const std::string config = test::source_path("assets/configs/qwen3-0.6b-config.json");
   const std::string model = test::tiny_model("tiny-tied");

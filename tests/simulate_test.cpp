@@ -370,6 +370,16 @@ TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
   expect_one_line_error("simulate --tokens 100 --evict 0.004", "simulate: --evict 0.004 of 100 tokens rounds to none");
 }
 
+// The boundary of that refusal: a round starts when budget + slack = 640 tokens are
+// live, so 640 written tokens make one round and 639 none.
+TEST(SimulateCommand, ARoundAtTheLastTokenRuns) {
+  const ProgramRun last = run_kvscope("simulate --tokens 640 --budget 512 --slack 128 --strategy compact");
+  EXPECT_EQ(last.code, 0) << last.output;
+  EXPECT_NE(last.output.find("\n  rounds                    1\n"), std::string::npos) << last.output;
+  expect_one_line_error("simulate --tokens 639 --budget 512 --slack 128 --strategy compact",
+                        "= 640 live tokens, and only 639 are written: nothing would be evicted");
+}
+
 TEST(SimulateCommand, OneTokenIsSaidInTheSingular) {
   const ProgramRun r = run_kvscope("simulate --tokens 1");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -319,6 +319,8 @@ TEST_F(TinyTokenizer, PostProcessorProblemsNameTheFile) {
   json bad_id = with_template(tiny_tokenizer(false), {kEnd, kText});
   bad_id["post_processor"]["processors"][1]["special_tokens"]["<|end|>"]["ids"] = {5000};
   EXPECT_NE(load_error(bad_id.dump(), "d.json").find("id 5000 has no token"), std::string::npos);
+  bad_id["post_processor"]["processors"][1]["special_tokens"]["<|end|>"]["ids"] = {302};  // one past the last, 301
+  EXPECT_NE(load_error(bad_id.dump(), "d.json").find("id 302 has no token"), std::string::npos);
   // An id past an int once wrapped to a real token (2^32 + 300 -> 300, <|end|>); a
   // fraction was cut to its whole part.
   for (const json& id : {json((int64_t(1) << 32) + 300), json(300.5)}) {
@@ -343,6 +345,17 @@ TEST_F(TinyTokenizer, SplitWhitespaceIsUnicodeWhiteSpace) {
   EXPECT_EQ(tok.encode(" \xC2\x85!"), (std::vector<int>{' ', 0xC2, 0x85, '!'}));
   // " \uFEFF!" is one piece (" ?[^\s\p{L}\p{N}]+"): the merge of " " and 0xEF applies.
   EXPECT_EQ(tok.encode(" \xEF\xBB\xBF!"), (std::vector<int>{269, 0xBB, 0xBF, '!'}));
+}
+
+// The text between and after the split regex's matches is a piece of its own
+// (Isolated): a pattern that matches only letters keeps the rest, to the end.
+TEST_F(TinyTokenizer, TextTheSplitRegexDoesNotMatchIsKept) {
+  json doc = tiny_tokenizer(false);
+  doc["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "[a-z]+";
+  Tokenizer tok = load(doc);
+  EXPECT_EQ(tok.encode("ab!"), (std::vector<int>{'a', 'b', '!'}));
+  EXPECT_EQ(tok.encode("!ab?!"), (std::vector<int>{'!', 'a', 'b', '?', '!'}));
+  EXPECT_EQ(tok.decode(tok.encode("hello, world!")), "hello, world!");
 }
 
 TEST_F(TinyTokenizer, MalformedJsonNamesTheFile) {
@@ -379,6 +392,16 @@ TEST_F(TinyTokenizer, UnknownMergeTokenNamesTheFileAndToken) {
   std::string message = load_error(doc.dump(), "bad_merge.json");
   EXPECT_NE(message.find("bad_merge.json"), std::string::npos) << message;
   EXPECT_NE(message.find("\"zz\""), std::string::npos) << message;
+}
+
+// A merge is two tokens: "h e l" is not "h" + "e l".
+TEST_F(TinyTokenizer, AMergeOfThreeTokensIsRefused) {
+  json doc = tiny_tokenizer(false);
+  const size_t rank = doc["model"]["merges"].size();
+  doc["model"]["merges"].push_back("h e l");
+  std::string message = load_error(doc.dump(), "three.json");
+  EXPECT_NE(message.find("three.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("model.merges[" + std::to_string(rank) + "] is not \"a b\""), std::string::npos) << message;
 }
 
 TEST_F(TinyTokenizer, NonBpeModelIsRefused) {
@@ -455,6 +478,12 @@ TEST_F(TinyTokenizer, InvalidUtf8PromptThrows) {
   EXPECT_EQ(message("\xC0\xAF"), "prompt is not valid UTF-8 (byte offset 0)");        // overlong '/'
   EXPECT_EQ(message("x\xED\xA0\x80"), "prompt is not valid UTF-8 (byte offset 1)");   // surrogate
   EXPECT_EQ(message("<|end|>\x80"), "prompt is not valid UTF-8 (byte offset 7)");     // stray continuation
+  // The other bounds of RFC 3629's table of well-formed sequences (E0 A0..BF, F0 90..BF, F4 80..8F).
+  EXPECT_EQ(message("\xE0\x80\xAF"), "prompt is not valid UTF-8 (byte offset 0)");      // overlong '/' in 3 bytes
+  EXPECT_EQ(message("\xF0\x80\x80\xAF"), "prompt is not valid UTF-8 (byte offset 0)");  // overlong '/' in 4 bytes
+  EXPECT_EQ(message("\xF4\x90\x80\x80"), "prompt is not valid UTF-8 (byte offset 0)");  // U+110000, past Unicode
+  EXPECT_EQ(message("\xE0\xA0\x80\xF0\x90\x80\x80\xF4\x8F\xBF\xBF!\xFF"),         // the first valid of each
+            "prompt is not valid UTF-8 (byte offset 12)");
 }
 
 TEST_F(TinyTokenizer, StreamDecoderHoldsBackPartialCharacters) {

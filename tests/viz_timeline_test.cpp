@@ -132,6 +132,30 @@ TEST(VizTimeline, RoundAndMoveStepsLandOnTheirEvents) {
   EXPECT_EQ(t.event(t.next(Unit::Token, 5) - 1).kind, EventKind::SlotWritten);
 }
 
+// A compaction batch is a whole run of consecutive moves: from inside one, the next
+// batch (and the next stop of playback) is the following run, not the next move.
+TEST(VizTimeline, ABatchIsEveryMoveOfARun) {
+  const Recording rec = record(small_streaming(), {});
+  Timeline t(rec.runs[1]);  // compact
+  std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) of each run of SlotMoved, read off the events
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t.event(i).kind == EventKind::SlotMoved) {
+      if (runs.empty() || runs.back().second != i) runs.emplace_back(i, i);
+      runs.back().second = i + 1;
+    }
+  ASSERT_GT(runs.size(), 2u);
+  int longer = 0;  // batches of more than one move
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto [begin, end] = runs[r];
+    longer += end - begin > 1;
+    EXPECT_EQ(t.next_batch(begin), runs[r]) << "batch " << r;
+    const std::pair<size_t, size_t> after = r + 1 < runs.size() ? runs[r + 1] : std::pair{t.size(), t.size()};
+    EXPECT_EQ(t.next_batch(begin + 1), after) << "from inside batch " << r;
+    EXPECT_GE(t.next_stop(begin + 1), end) << "from inside batch " << r;
+  }
+  EXPECT_GT(longer, 0);
+}
+
 // The counters at the end of a recorded run against simulate()'s own result.
 void expect_counters_match(const Counters& k, const SimulationResult& r) {
   EXPECT_EQ(k.written, r.tokens);

@@ -50,5 +50,11 @@ TEST(VizWrap, LongWordsAndNoBreakSpaces) {
   EXPECT_EQ(lines("  a  b  ", 1000, 1000), std::vector<std::string>{"  a  b"});
 }
 
+// A run exactly as wide as the line fits on it.
+TEST(VizWrap, ARunExactlyTheLinesWidthFits) {
+  EXPECT_EQ(lines("ab cd ef", 50, 50), (std::vector<std::string>{"ab cd", "ef"}));
+  EXPECT_EQ(lines("ab cd ef", 49, 49), (std::vector<std::string>{"ab", "cd", "ef"}));
+}
+
 }  // namespace
 }  // namespace kvscope::viz

@@ -1,5 +1,5 @@
 // Small helpers shared by the `kvscope bench ...` commands: the CPU's name for the
-// table header, the attention rows' query counts, a percentage cell,
+// table header, the attention rows' query counts, a median, a percentage cell,
 // and the process's peak memory (Linux).
 #pragma once
 
@@ -25,6 +25,14 @@ inline std::string cpu_name() {
 inline std::vector<int> query_rows(int queries, int n) {
   const int chunk = std::min(queries, n);
   return chunk > 1 ? std::vector<int>{1, chunk} : std::vector<int>{1};
+}
+
+// The middle of the values, or the mean of the two middle ones when their count is
+// even (serve-bench's timings over --repeat runs). v must not be empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // 100 * part / whole as "42%", or "n/a" when the whole is not known (0: e.g. a peak

@@ -156,12 +156,6 @@ bool same_work(const ServeRun& x, const ServeRun& y) {
          a.bytes_moved == b.bytes_moved && a.blocks_in_use == b.blocks_in_use && x.finished == y.finished;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ServeRun& r : runs)
