@@ -13,13 +13,6 @@ namespace kvscope {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// Below this many multiply-adds (queries x heads x keys x head_dim) attention runs on
-// one thread.  One decode query of the bundled model over 1,024 keys is 131k: split
-// over 2 cores, `kvscope eval` took 1.3x as long as on one (team start-up and
-// waiting at the join outweigh ~30 us of work).  Prefill and long contexts of the
-// 0.6B shape (16 heads x 128) pass it.
-constexpr double kMinParallelAttention = 1e6;
-
 LiveSlots live_slots(const PagedKvCache& cache, int seq) {
   const Sequence& s = cache.sequence(seq);
   const int bs = cache.block_size();

@@ -35,6 +35,14 @@ enum class AttentionPath { Flash, Eager };
 constexpr int kFlashTile = 32;
 constexpr int kFlashQueryTile = 32;
 
+// Below this many multiply-adds (queries x heads x keys x head_dim) attention runs on
+// one thread, and so do TriAttention's key scores (layers x heads x keys x head_dim,
+// model/key_scores.cpp).  One decode query of the bundled model over 1,024 keys is
+// 131k: split over 2 cores, `kvscope eval` took 1.3x as long as on one (team start-up
+// and waiting at the join outweigh ~30 us of work).  Prefill and long contexts of the
+// 0.6B shape (16 heads x 128) pass it.
+constexpr double kMinParallelAttention = 1e6;
+
 // The slots attention reads for one sequence, in block-table order.
 struct LiveSlots {
   std::vector<SlotRef> slots;    // [n]

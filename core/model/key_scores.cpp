@@ -6,17 +6,13 @@
 
 namespace kvscope {
 
-// Below this many multiply-adds (layers x heads x keys x head_dim) the scores are
-// worked out on one thread, as attention is below its own threshold (attention.cpp).
-constexpr double kMinParallelScores = 1e6;
-
 void key_scores(double* raw, const float* w, const float* gap, const std::vector<SlotRef>& slots,
                 const KvStorage& kv, AttentionShape shape) {
   const int L = kv.num_layers, H = shape.n_heads, G = shape.n_heads / shape.n_kv_heads, d = shape.head_dim,
             half = d / 2;
   const int n = int(slots.size());
   OmpErrors errors;
-#pragma omp parallel for schedule(dynamic, 1) if (double(L) * H * n * d > kMinParallelScores)
+#pragma omp parallel for schedule(dynamic, 1) if (double(L) * H * n * d > kMinParallelAttention)
   for (int l = 0; l < L; ++l) errors.run([&] {
     std::vector<double> kabs(static_cast<size_t>(half));  // [head_dim/2] |k_f| of the key's band f
     for (int i = 0; i < n; ++i) {
