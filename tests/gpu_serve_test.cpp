@@ -22,10 +22,19 @@ namespace {
 
 // A policy factory that hands the sequences the given policies in turn.
 PolicyFactory in_turn(std::vector<std::string> policies) {
-  return [policies, next = std::make_shared<size_t>(0)] { return make_policy(policies[(*next)++ % policies.size()], 1); };
+  return [policies, next = std::make_shared<size_t>(0)] {
+    return make_policy(policies[(*next)++ % policies.size()], 1);
+  };
 }
 
-// n sequences join one step apart and prefill 7 + i tokens in chunks of 4, then
+// Made-up token ids for positions [from, to) of sequence i.
+std::vector<int> tokens_at(int from, int to, int i, int vocab) {
+  std::vector<int> ids;
+  for (int t = from; t < to; ++t) ids.push_back((t * 31 + i * 7 + 3) % vocab);
+  return ids;
+}
+
+// n sequences join one step apart and prefill 7 + prompt_step * i tokens in chunks of 4, then
 // decode, for `steps` steps, on the CPU and on the GPU side by side; sequence i
 // under policies[i % policies.size()]. Each step's logits must agree within 1e-4,
 // and after every step the same positions must be live.
@@ -58,8 +67,7 @@ void serve_on_both(const std::string& model, const std::vector<std::string>& pol
     for (int i = 0; i < n; ++i) {
       if (step < i) continue;
       const int fed = int(cpu.cache().sequence(seqs[i]).next_pos), prompt = 7 + prompt_step * i;
-      BatchItem it{seqs[i], {}};
-      for (int t = fed; t < std::min(prompt, fed + 4); ++t) it.tokens.push_back((t * 31 + i * 7 + 3) % vocab);
+      BatchItem it{seqs[i], tokens_at(fed, std::min(prompt, fed + 4), i, vocab)};
       if (it.tokens.empty()) it.tokens.push_back((step * 17 + i) % vocab);
       decoding += it.tokens.size() == 1;
       items.push_back(it);
@@ -116,9 +124,7 @@ TEST(GpuServe, ALongTableBehindAShortOneInADecodeStep) {
   KVSCOPE_REQUIRE_GPU();
   const Model m = load_model(test::tiny_model("tiny-untied"));
   const int bs = 4, blocks = 100, vocab = m.config.vocab_size;
-  std::vector<int> shorter, longer;
-  for (int t = 0; t < 5; ++t) shorter.push_back((t * 31 + 3) % vocab);
-  for (int t = 0; t < 300; ++t) longer.push_back((t * 37 + 11) % vocab);
+  const std::vector<int> shorter = tokens_at(0, 5, 0, vocab), longer = tokens_at(0, 300, 1, vocab);
   std::vector<std::vector<float>> logits;
   for (bool on_gpu : {false, true}) {
     PagedKvCache cache(blocks, bs, MemoryStrategy::HolesOnly);
