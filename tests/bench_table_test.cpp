@@ -2,12 +2,11 @@
 // which rows a command prints for the options given.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cctype>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "markdown_table.h"
 #include "run_kvscope.h"
 #include "test_paths.h"
 
@@ -33,27 +32,6 @@ TEST(BenchAttention, OneRowPerQueryCountAndContext) {
   EXPECT_EQ(rows(one.output), 2) << one.output;
 }
 
-// Each table in `output` (a run of lines that start with '|') has as many cells in
-// every line as in its header, so it renders as a Markdown table when pasted.
-void expect_markdown_tables(const std::string& output) {
-  std::istringstream in(output);
-  int header_bars = -1;  // '|' in the current table's header; -1 outside a table
-  int tables = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] != '|') {
-      header_bars = -1;
-      continue;
-    }
-    const int bars = int(std::count(line.begin(), line.end(), '|'));
-    if (header_bars < 0) {
-      header_bars = bars;
-      ++tables;
-    }
-    EXPECT_EQ(bars, header_bars) << "a line whose cells do not match its table's header:\n" << line;
-  }
-  EXPECT_GT(tables, 0) << output;
-}
-
 // A cell that holds '|' (as "max |flash - eager|" once did) splits in two.
 TEST(BenchTables, EveryTableIsMarkdown) {
   const std::string config = test::tiny_model("tiny-untied") + "/config.json";
@@ -65,7 +43,7 @@ TEST(BenchTables, EveryTableIsMarkdown) {
     SCOPED_TRACE(args);
     const test::ProgramRun r = test::run_kvscope(args);
     ASSERT_EQ(r.code, 0) << r.output;
-    expect_markdown_tables(r.output);
+    EXPECT_GT(test::expect_markdown_tables(r.output), 0) << r.output;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/kv_storage.h"
+#include "markdown_table.h"
 #include "model/config.h"
 #include "model/qwen3.h"
 #include "model/weights.h"
@@ -113,7 +114,7 @@ TEST(BundledModel, CardSaysWhatItsFilesHold) {
   ASSERT_EQ(tokenizer["added_tokens"].size(), 1u);
   EXPECT_EQ(pieces + 1, c.vocab_size);
   in_card("| Vocabulary | " + commas(c.vocab_size) + ": byte-level BPE (" + commas(pieces) + " tokens, " +
-          commas(merges) + " merges) + `" + tokenizer["added_tokens"][0]["content"].get<std::string>() + "`");
+          commas(merges) + " merges) + `" + test::table_cell(tokenizer["added_tokens"][0]["content"].get<std::string>()) + "`");
   in_card("trained on windows of " + std::to_string(args["seq"].get<int>()) + " tokens, then " +
           commas(args["long_seq"].get<int>()) + " for the last " + percent(1 - args["long_from"].get<double>(), 0) +
           " of the steps; `max_position_embeddings` " + commas(c.max_position_embeddings) + " |");

@@ -20,6 +20,18 @@
 namespace kvscope {
 namespace {
 
+// The Markdown documents a reader opens: README.md and every .md under the folders
+// (relative paths, sorted).
+std::vector<std::string> documents() {
+  std::vector<std::string> docs = {"README.md"};
+  for (const char* folder : {"assets", "core", "kernels", "tutorials", "viz"})
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(test::source_path(folder)))
+      if (entry.path().extension() == ".md")
+        docs.push_back(std::filesystem::relative(entry.path(), test::source_path("")).string());
+  std::sort(docs.begin() + 1, docs.end());
+  return docs;
+}
+
 // The lines starting with '|' between `begin` and the next "<!-- /" marker.
 std::vector<std::string> table_rows(const std::string& text, const std::string& begin) {
   const size_t from = text.find(begin);
@@ -268,13 +280,9 @@ TEST(Readme, EveryTestTheDocsCiteExists) {
       tests.insert(suite + "." + name.substr(0, name.find('/')));
     }
   }
-  std::vector<std::string> docs = {"README.md", "viz/README.md", "tutorials/README.md", "assets/model/README.md"};
-  for (const auto& entry : std::filesystem::directory_iterator(test::source_path("tutorials")))
-    if (std::filesystem::exists(entry.path() / "README.md"))
-      docs.push_back("tutorials/" + entry.path().filename().string() + "/README.md");
   const std::string viz_cmake = read_file(test::source_path("viz/CMakeLists.txt"));
   int count = 0;
-  for (const std::string& doc : docs) {
+  for (const std::string& doc : documents()) {
     const std::string text = read_file(test::source_path(doc));
     for (const std::string& ctest : code_spans(text, is_viz_ctest)) {
       ++count;
@@ -290,6 +298,25 @@ TEST(Readme, EveryTestTheDocsCiteExists) {
     }
   }
   EXPECT_GE(count, 30) << "the pattern no longer finds the citations (the README alone has over 30)";
+}
+
+// Every table in the documents renders: GitHub drops a line's cells past its header's
+// count, so a '|' inside a cell must be written "\|". Fenced blocks are quoted
+// program output, shown as text.
+TEST(Docs, EveryTableHasItsHeadersCells) {
+  int tables = 0;
+  for (const std::string& doc : documents()) {
+    SCOPED_TRACE(doc);
+    std::istringstream in(read_file(test::source_path(doc)));
+    std::string prose;
+    bool fenced = false;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("```", 0) == 0) fenced = !fenced;
+      prose += fenced ? "\n" : line + "\n";
+    }
+    tables += test::expect_markdown_tables(prose);
+  }
+  EXPECT_GE(tables, 8) << "README.md alone has 4 tables outside its fenced blocks";
 }
 
 }  // namespace
