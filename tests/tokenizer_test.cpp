@@ -394,6 +394,17 @@ TEST_F(TinyTokenizer, UnknownMergeTokenNamesTheFileAndToken) {
   EXPECT_NE(message.find("\"zz\""), std::string::npos) << message;
 }
 
+// A pair listed twice takes its last rank, as Hugging Face's tokenizers and
+// transformers.js do (with merges ["l l", "l d", "l l"], transformers.js 3.7.2 encodes
+// "lld" as "l" "ld"; with only the first two, as "ll" "d"). Here "l l" (rank 1) is
+// listed again after "l d" (rank 7).
+TEST_F(TinyTokenizer, APairListedTwiceTakesItsLastRank) {
+  EXPECT_EQ(load(tiny_tokenizer(false), "once.json").encode("lld"), (std::vector<int>{257, 'd'}));  // "ll", "d"
+  json doc = tiny_tokenizer(false);
+  doc["model"]["merges"].push_back("l l");
+  EXPECT_EQ(load(doc, "twice.json").encode("lld"), (std::vector<int>{'l', 263}));  // "l", "ld"
+}
+
 // A merge is two tokens: "h e l" is not "h" + "e l".
 TEST_F(TinyTokenizer, AMergeOfThreeTokensIsRefused) {
   json doc = tiny_tokenizer(false);

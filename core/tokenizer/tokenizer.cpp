@@ -437,7 +437,9 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
       int left = id_of(a, rank, "names"), right = id_of(b, rank, "names");
       int merged = id_of(a + b, rank, "makes");
       uint64_t key = static_cast<uint64_t>(left) << 32 | static_cast<uint32_t>(right);
-      t.merges_.emplace(key, Merge{static_cast<int>(rank), merged});  // a repeated pair keeps its first rank
+      // A pair listed twice takes its last rank, as in Hugging Face's tokenizers (it collects
+      // the merges into a HashMap in order) and transformers.js (a Map built the same way).
+      t.merges_.insert_or_assign(key, Merge{static_cast<int>(rank), merged});
     }
 
     // Added tokens: their ids may extend the vocabulary (Qwen: 151643..151668).
