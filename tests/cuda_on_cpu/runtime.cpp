@@ -1,6 +1,7 @@
 // The CPU stand-in's runtime (see cuda_device.h): memory and errors, the fiber
 // scheduler that runs a launch, and the reference SGEMM behind cublas_v2.h.
 #undef _FORTIFY_SOURCE  // its longjmp check refuses a jump to another stack, which is what fibers do
+#include <sanitizer/asan_interface.h>  // ASAN_POISON_MEMORY_REGION: nothing without AddressSanitizer
 #include <setjmp.h>
 #include <ucontext.h>
 
@@ -32,23 +33,78 @@ cudaError_t last_error = cudaSuccess;  // what the next cudaGetLastError() retur
 }
 }  // namespace
 
-// Exactly `bytes`, so that AddressSanitizer sees a kernel reading one float too far.
+// Each buffer cudaMalloc hands out lies between two guard zones of kGuardBytes, filled
+// with kGuardByte. A kernel (or a copy) that writes up to 4 KiB before or past its buffer
+// changes a guard, and the next check (after every launch, copy and free) fails, naming
+// what ran. Without the zones such a write lands in the host heap: a crash at some later
+// point, or none. The guard byte is not fresh memory's 0xFF: a kernel that read a NaN
+// there and wrote a NaN back would leave all-ones bytes as they were. A read there
+// gets floats of -1.7e38 and ints of -16,843,010.
+// Under AddressSanitizer the zones are poisoned instead, so that it stops the access
+// itself, with the kernel's line.
+namespace {
+constexpr size_t kGuardBytes = 4096;  // a multiple of cudaMalloc's 256-byte alignment
+constexpr unsigned char kGuardByte = 0xFE;
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+std::map<unsigned char*, size_t> buffers;  // data pointer -> bytes asked for
+
+// The offset of the first byte of `zone` (kGuardBytes) that is not kGuardByte; -1 if none.
+long changed_byte(const unsigned char* zone) {
+  for (size_t i = 0; i < kGuardBytes; ++i)
+    if (zone[i] != kGuardByte) return long(i);
+  return -1;
+}
+
+// Fails if a guard zone changed; `after` names what ran last ("the kernel rope").
+void check_guards(const char* after) {
+  if (kAddressSanitizer) return;  // the zones are poisoned: ASan has checked every access
+  for (const auto& [data, bytes] : buffers) {
+    const long before = changed_byte(data - kGuardBytes), past = changed_byte(data + bytes);
+    if (before < 0 && past < 0) continue;
+    const long at = before >= 0 ? before - long(kGuardBytes) : long(bytes) + past;
+    fail(std::string(after) + " wrote " + (before >= 0 ? "before the start" : "past the end") + " of a buffer of " +
+         std::to_string(bytes) + " bytes, at its byte " + std::to_string(at));
+  }
+}
+}  // namespace
+
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t{256}, std::nothrow);  // cudaMalloc aligns to 256
-  if (!*p) return cudaErrorMemoryAllocation;
-  std::fill_n(static_cast<unsigned char*>(*p), bytes, 0xFF);  // fresh memory is garbage: all-ones floats are NaN
+  const size_t total = kGuardBytes + bytes + kGuardBytes;
+  auto* base = static_cast<unsigned char*>(::operator new(total, std::align_val_t{256}, std::nothrow));
+  if (!base) return cudaErrorMemoryAllocation;
+  unsigned char* data = base + kGuardBytes;  // cudaMalloc aligns to 256
+  std::fill_n(base, kGuardBytes, kGuardByte);
+  std::fill_n(data, bytes, 0xFF);  // fresh memory is garbage: all-ones floats are NaN
+  std::fill_n(data + bytes, kGuardBytes, kGuardByte);
+  ASAN_POISON_MEMORY_REGION(base, kGuardBytes);
+  ASAN_POISON_MEMORY_REGION(data + bytes, kGuardBytes);
+  buffers[data] = bytes;
+  *p = data;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
-  if (p) ::operator delete(p, std::align_val_t{256});
+  if (!p) return cudaSuccess;
+  const auto it = buffers.find(static_cast<unsigned char*>(p));
+  if (it == buffers.end()) fail("cudaFree of a pointer that cudaMalloc did not return, or freed twice");
+  check_guards("something before this cudaFree");
+  unsigned char* base = it->first - kGuardBytes;
+  ASAN_UNPOISON_MEMORY_REGION(base, kGuardBytes + it->second + kGuardBytes);
+  buffers.erase(it);
+  ::operator delete(base, std::align_val_t{256});
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes) std::memmove(dst, src, bytes);
+  check_guards("a cudaMemcpy");
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes) std::memset(p, value, bytes);
+  check_guards("a cudaMemset");
   return cudaSuccess;
 }
 // The stand-in's device is as big as cudaGetDeviceProperties says, and always empty:
@@ -125,6 +181,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t op_a, cublasOperati
       float& c = C[i + size_t(j) * ldc];
       c = *alpha * sum + (*beta == 0.0f ? 0.0f : *beta * c);  // beta 0: C is not read (it may be garbage)
     }
+  check_guards("cublasSgemm");
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -388,6 +445,7 @@ void launch(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes,
     run_block(int(n));
   }
   kernel = nullptr;
+  check_guards((std::string("the kernel ") + kernel_name).c_str());
 }
 
 }  // namespace kvscope::cuda_on_cpu
