@@ -134,6 +134,21 @@ TEST(Readme, QuotedCommandsPrintWhatTheReadmeShows) {
   }
 }
 
+// The README says how many ways break_kernels.py breaks the CUDA code: one per
+// entry of its BREAKAGES, each a line that starts with '    ("kernels/'.
+TEST(Readme, BreakKernelsCountIsTheScripts) {
+  std::string readme = read_file(test::source_path("README.md"));
+  std::replace(readme.begin(), readme.end(), '\n', ' ');  // the prose wraps anywhere
+  const std::string script = read_file(test::source_path("tests/cuda_on_cpu/break_kernels.py"));
+  int breakages = 0;
+  for (size_t at = script.find("\n    (\"kernels/"); at != std::string::npos;
+       at = script.find("\n    (\"kernels/", at + 1))
+    ++breakages;
+  EXPECT_GE(breakages, 30);
+  const std::string claim = "breaks the CUDA code in " + std::to_string(breakages) + " such ways";
+  EXPECT_NE(readme.find(claim), std::string::npos) << "README.md does not say: " << claim;
+}
+
 // "Where things are" lists every folder of the source: a newcomer looks there first.
 TEST(Readme, WhereThingsAreNamesEveryFolder) {
   const std::string readme = read_file(test::source_path("README.md"));
