@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "scenarios.h"
+#include "session.h"
 #include "timeline.h"
 
 namespace kvscope::viz {

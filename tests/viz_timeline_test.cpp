@@ -20,6 +20,7 @@
 #include "util/format.h"
 #include "util/error.h"
 #include "scenarios.h"
+#include "session.h"
 #include "timeline.h"
 
 namespace kvscope::viz {

@@ -1,6 +1,6 @@
 // App: the window's state, and the frame that draws it.
 //
-// The model lives in timeline.h (Session: the recorded runs, the replayed
+// The model lives in session.h (Session: the recorded runs, the replayed
 // Occupancy at the cursor, the counters, playback) and scenarios.h (what to
 // record). App holds one Session plus what only the screen needs: the settings
 // being edited, what the mouse points at, where each view was drawn. Every
@@ -23,7 +23,7 @@
 
 #include "imgui.h"
 #include "scenarios.h"
-#include "timeline.h"
+#include "session.h"
 
 namespace kvscope::viz {
 
