@@ -48,9 +48,14 @@ started=$SECONDS
 if [ -n "${OUT:-}" ]; then REPORT=$OUT/gpu-results.md; else REPORT=kernels/gpu-results.md; fi
 mkdir -p "$(dirname "$REPORT")"
 
+# stdbuf -oL: a program's tables reach the report line by line, so a step stopped at
+# its limit keeps what it printed (into a pipe, stdout is flushed only at exit).
+LINE_BUFFERED=$(command -v stdbuf > /dev/null && echo "stdbuf -oL")
+
 # run LIMIT_SECONDS COMMAND...: the command and its output (stdout and stderr) into
 # the report as a code block, and on the terminal; returns the command's exit code.
 # The limit is cut to what is left of BUDGET; with under 10 s left the command is skipped.
+# A command that ignores the TERM at its limit (stuck in the driver) is killed 10 s later.
 run() {
   local limit=$1 left=$((BUDGET - (SECONDS - started)))
   shift
@@ -60,7 +65,7 @@ run() {
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   { echo; echo '```'; echo "\$ $*"; } | tee -a "$REPORT"
-  timeout "$limit" "$@" 2>&1 | tee -a "$REPORT"
+  timeout -k 10 "$limit" $LINE_BUFFERED "$@" 2>&1 | tee -a "$REPORT"
   local rc=${PIPESTATUS[0]}
   { echo "(exit code $rc$([ "$rc" = 124 ] && echo ": stopped after ${limit} s"))"; echo '```'; } | tee -a "$REPORT"
   return "$rc"
@@ -114,6 +119,9 @@ nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/c
 } | tee "$REPORT"
 
 # Prebuilt programs: lead their source path to this copy, give them their libraries.
+# (A copy that lost the execute bits on the way gets them back: without them the
+# script would try to build here, where the packages are missing.)
+chmod +x "$BUILD/kvscope_tests" "$BUILD/kvscope" 2> /dev/null
 if [ -x "$BUILD/kvscope_tests" ] && [ -x "$BUILD/kvscope" ]; then
   built_in=$(cat "$BUILD/lib/SOURCE_DIR" 2>/dev/null)
   if [ -n "$built_in" ] && [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
@@ -173,8 +181,11 @@ run 120 "$BUILD/kvscope" serve-bench --device cuda --config assets/configs/qwen3
 section "Sanitizers" "The kernel tests under compute-sanitizer: racecheck (shared-memory races between a block's threads, beyond the two fixed thread orders the CPU stand-in runs) and memcheck (out-of-bounds and misaligned accesses), with what is left of the budget."
 sanitizer=$(command -v compute-sanitizer || { [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" ] && echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer"; })
 if [ -n "$sanitizer" ]; then
+  # racecheck instruments every shared-memory access: only the kernels that share memory
+  # (attention's three paths and rmsnorm's block sums), so that it fits its 90 s.
+  shared_memory_tests='GpuAttention.Flash*:GpuAttention.Paged*:GpuAttention.Eager*:GpuKernels.RmsNorm*'
   kernel_tests='GpuKernels*:GpuAttention*:GpuCompaction*'
-  run 90 "$sanitizer" --tool racecheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$kernel_tests"
+  run 90 "$sanitizer" --tool racecheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$shared_memory_tests"
   run 90 "$sanitizer" --tool memcheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$kernel_tests"
 else
   echo "compute-sanitizer was not found; not run." | tee -a "$REPORT"
