@@ -113,8 +113,9 @@ TEST(BundledModel, CardSaysWhatItsFilesHold) {
   const int64_t pieces = int64_t(tokenizer["model"]["vocab"].size()), merges = int64_t(tokenizer["model"]["merges"].size());
   ASSERT_EQ(tokenizer["added_tokens"].size(), 1u);
   EXPECT_EQ(pieces + 1, c.vocab_size);
+  const std::string added = tokenizer["added_tokens"][0]["content"];
   in_card("| Vocabulary | " + commas(c.vocab_size) + ": byte-level BPE (" + commas(pieces) + " tokens, " +
-          commas(merges) + " merges) + `" + test::table_cell(tokenizer["added_tokens"][0]["content"].get<std::string>()) + "`");
+          commas(merges) + " merges) + `" + test::table_cell(added) + "`");
   in_card("trained on windows of " + std::to_string(args["seq"].get<int>()) + " tokens, then " +
           commas(args["long_seq"].get<int>()) + " for the last " + percent(1 - args["long_from"].get<double>(), 0) +
           " of the steps; `max_position_embeddings` " + commas(c.max_position_embeddings) + " |");

@@ -59,7 +59,7 @@ long changed_byte(const unsigned char* zone) {
   return -1;
 }
 
-// Fails if a guard zone changed; `after` names what ran last ("the kernel rope").
+// Fails if a guard zone changed; `after` names what ran last ("the kernel rope_kernel").
 void check_guards(const char* after) {
   if (kAddressSanitizer) return;  // the zones are poisoned: ASan has checked every access
   for (const auto& [data, bytes] : buffers) {
@@ -90,7 +90,7 @@ cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   const auto it = buffers.find(static_cast<unsigned char*>(p));
   if (it == buffers.end()) fail("cudaFree of a pointer that cudaMalloc did not return, or freed twice");
-  check_guards("something before this cudaFree");
+  check_guards("code outside the kernels and copies");
   unsigned char* base = it->first - kGuardBytes;
   ASAN_UNPOISON_MEMORY_REGION(base, kGuardBytes + it->second + kGuardBytes);
   buffers.erase(it);
