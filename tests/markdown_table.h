@@ -10,27 +10,46 @@
 
 namespace kvscope::test {
 
-// The cells of the first line of `text` that starts with `start` ("| bf16 | 2 |"),
-// trimmed of the one space on each side; none, and a test failure, when there is none.
+// Whether line[i] edges a cell: a '|' not written "\|", which GitHub reads as a '|'
+// inside a cell (in a code span too, so `<|endoftext|>` needs it).
+inline bool is_cell_edge(const std::string& line, size_t i) {
+  return line[i] == '|' && (i == 0 || line[i - 1] != '\\');
+}
+
+// How many cell edges a table line has ("| a | b |" has 3).
+inline int cell_edges(const std::string& line) {
+  int edges = 0;
+  for (size_t i = 0; i < line.size(); ++i) edges += is_cell_edge(line, i);
+  return edges;
+}
+
+// The cells between the cell edges of a table line ("| a | `x\|y` |" -> "a", "`x\|y`"),
+// each trimmed of the one space on each side, as written (a "\|" stays "\|").
+inline std::vector<std::string> table_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  size_t begin = std::string::npos;  // where the open cell starts; npos before the first edge
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (!is_cell_edge(line, i)) continue;
+    if (begin != std::string::npos) {
+      std::string cell = line.substr(begin, i - begin);
+      if (!cell.empty() && cell.front() == ' ') cell.erase(0, 1);
+      if (!cell.empty() && cell.back() == ' ') cell.pop_back();
+      cells.push_back(cell);
+    }
+    begin = i + 1;
+  }
+  return cells;
+}
+
+// The cells of the first line of `text` that starts with `start` ("| bf16 | 2 |");
+// none, and a test failure, when there is none.
 inline std::vector<std::string> table_row(const std::string& text, const std::string& start) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind(start, 0) != 0) continue;
-    std::vector<std::string> cells;
-    std::istringstream row(line.substr(1));
-    for (std::string c; std::getline(row, c, '|');) cells.push_back(c.substr(1, c.size() - 2));
-    return cells;
+    if (line.rfind(start, 0) == 0) return table_cells(line);
   }
   ADD_FAILURE() << "no row " << start << " in\n" << text;
   return {};
-}
-
-// The '|' that edge the cells of a table line: every one but "\|", which GitHub reads
-// as a '|' inside a cell (in a code span too, so `<|endoftext|>` needs it).
-inline int cell_edges(const std::string& line) {
-  int edges = 0;
-  for (size_t i = 0; i < line.size(); ++i) edges += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
-  return edges;
 }
 
 // `text` written for a table cell: each '|' as "\|".

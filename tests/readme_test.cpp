@@ -315,6 +315,15 @@ TEST(Readme, EveryTestTheDocsCiteExists) {
   EXPECT_GE(count, 30) << "the pattern no longer finds the citations (the README alone has over 30)";
 }
 
+// A row splits where GitHub splits it: at every '|' but "\|", which stays in its cell.
+TEST(MarkdownTable, ARowSplitsOnlyAtItsCellEdges) {
+  const std::string table = "| token | id |\n|---|---|\n| `<\\|endoftext\\|>` | 151643 |\n";
+  EXPECT_EQ(test::table_row(table, "| token"), (std::vector<std::string>{"token", "id"}));
+  EXPECT_EQ(test::table_row(table, "| `<"), (std::vector<std::string>{"`<\\|endoftext\\|>`", "151643"}));
+  EXPECT_EQ(test::cell_edges("| `<\\|endoftext\\|>` | 151643 |"), 3);
+  EXPECT_EQ(test::table_cells("| a || c |"), (std::vector<std::string>{"a", "", "c"}));
+}
+
 // Every table in the documents renders: GitHub drops a line's cells past its header's
 // count, so a '|' inside a cell must be written "\|". Fenced blocks are quoted
 // program output, shown as text.
