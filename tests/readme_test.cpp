@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "documents.h"
 #include "markdown_table.h"
 #include "run_kvscope.h"
 #include "test_paths.h"
@@ -20,17 +21,8 @@
 namespace kvscope {
 namespace {
 
-// The Markdown documents a reader opens: README.md and every .md under the folders
-// (relative paths, sorted).
-std::vector<std::string> documents() {
-  std::vector<std::string> docs = {"README.md"};
-  for (const char* folder : {"assets", "core", "kernels", "tutorials", "viz"})
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(test::source_path(folder)))
-      if (entry.path().extension() == ".md")
-        docs.push_back(std::filesystem::relative(entry.path(), test::source_path("")).string());
-  std::sort(docs.begin() + 1, docs.end());
-  return docs;
-}
+// The Markdown documents a reader opens (tutorials/documents.h: the doc test's list too).
+std::vector<std::string> documents() { return docs::documents(test::source_path("")); }
 
 // The lines starting with '|' between `begin` and the next "<!-- /" marker.
 std::vector<std::string> table_rows(const std::string& text, const std::string& begin) {
@@ -313,6 +305,23 @@ TEST(Readme, EveryTestTheDocsCiteExists) {
     }
   }
   EXPECT_GE(count, 30) << "the pattern no longer finds the citations (the README alone has over 30)";
+}
+
+// The one list of pages: every .md a reader opens, the checker's stale fixture aside;
+// the doc test runs a chapter's page alone and checks the rest with --other-pages.
+TEST(Docs, TheDocumentsAreEveryPageButTheCheckersFixture) {
+  const std::vector<std::string> docs = documents();
+  const auto listed = [&](const std::string& doc) { return std::count(docs.begin(), docs.end(), doc) == 1; };
+  EXPECT_EQ(docs.front(), "README.md");
+  EXPECT_TRUE(listed("viz/README.md"));
+  EXPECT_TRUE(listed("assets/model/README.md"));
+  EXPECT_TRUE(listed("tutorials/05-the-scores-flashattention-never-keeps/bench-attention.md"));
+  EXPECT_FALSE(listed("tutorials/doc_check_fixtures/stale.md"));
+  EXPECT_TRUE(docs::is_chapter_page("tutorials/README.md"));
+  EXPECT_TRUE(docs::is_chapter_page("tutorials/03-evict-87-reclaim-12/README.md"));
+  EXPECT_FALSE(docs::is_chapter_page("tutorials/05-the-scores-flashattention-never-keeps/bench-attention.md"));
+  EXPECT_FALSE(docs::is_chapter_page("viz/README.md"));
+  EXPECT_FALSE(docs::is_chapter_page("README.md"));
 }
 
 // A row splits where GitHub splits it: at every '|' but "\|", which stays in its cell.

@@ -1,6 +1,7 @@
 // doc_check: the tutorials' doc test. Stale text fails, with a diff.
 //
 //   doc_check [--update] [--source-dir DIR] [--build-dir DIR] FILE.md...
+//   doc_check --other-pages [--source-dir DIR] [--build-dir DIR]
 //
 // A chapter quotes its program the way a reader would see it, in a ```console
 // block: each line starting with "$ " is a command, the lines after it (up to
@@ -27,7 +28,9 @@
 //      every line, trimmed, is a line of the program ("..." lines elide);
 //   4. requires every relative link to name a file or folder that exists.
 //
-// Files without a console block get checks 3 and 4 only. --update rewrites
+// --other-pages checks every page of documents.h's list but the chapters' (which the
+// doc test checks one test each): the README, the model card, the app's guide and any
+// page added later. Files without a console block get checks 3 and 4 only. --update rewrites
 // the quoted output with today's (then read the diff and fix the prose).
 // Exit code: 0 when every file passes, 1 otherwise.
 #include <sys/wait.h>
@@ -43,6 +46,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "documents.h"
 
 namespace fs = std::filesystem;
 
@@ -459,16 +464,21 @@ bool check_file(const std::string& name, const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   std::vector<std::string> files;
+  bool other_pages = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--update") {
       o.update = true;
+    } else if (a == "--other-pages") {
+      other_pages = true;
     } else if ((a == "--source-dir" || a == "--build-dir") && i + 1 < argc) {
       (a == "--source-dir" ? o.source_dir : o.build_dir) = argv[++i];
     } else if (a == "-h" || a == "--help" || a[0] == '-') {
       std::cerr << "usage: doc_check [--update] [--source-dir DIR] [--build-dir DIR] FILE.md...\n"
+                   "       doc_check --other-pages [--source-dir DIR] [--build-dir DIR]\n"
                    "Runs the commands quoted in ```console blocks and checks their output, the numbers\n"
-                   "in the prose, ```cpp excerpts and relative links. Paths are relative to the source dir.\n";
+                   "in the prose, ```cpp excerpts and relative links. Paths are relative to the source dir.\n"
+                   "--other-pages checks every page but the chapters' (tutorials/documents.h lists them).\n";
       return a[0] == '-' && a != "-h" && a != "--help" ? 2 : 0;
     } else {
       files.push_back(a);
@@ -476,6 +486,18 @@ int main(int argc, char** argv) {
   }
   o.source_dir = fs::absolute(o.source_dir);
   o.build_dir = fs::absolute(o.build_dir);
+  if (other_pages && !fs::exists(o.source_dir / "README.md")) {
+    std::cerr << "doc_check: no README.md in " << o.source_dir.string()
+              << ": run from the repository root, or name it with --source-dir\n";
+    return 2;
+  }
+  if (other_pages)
+    for (const std::string& doc : kvscope::docs::documents(o.source_dir))
+      if (!kvscope::docs::is_chapter_page(doc)) files.push_back(doc);
+  if (files.empty()) {
+    std::cerr << "doc_check: no pages to check (name FILE.md, or --other-pages)\n";
+    return 2;
+  }
   bool ok = true;
   for (const std::string& f : files) ok = check_file(f, o) && ok;
   if (!ok && !o.update)
