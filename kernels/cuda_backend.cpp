@@ -7,6 +7,7 @@
 #include "model/ops.h"
 #include "gpu_devices.h"
 #include "util/error.h"
+#include "util/format.h"
 #include "util/memory_check.h"
 
 namespace kvscope::cuda {
@@ -21,12 +22,14 @@ std::unique_ptr<Backend> make_backend(const Model& model, int num_blocks, int bl
 // and the paged K/V storage (--blocks, --kv-memory). Each is checked against the
 // GPU's free memory first, so that one too big is named as what it is rather than
 // as cudaMalloc's "out of memory".
-static void check_fits_on_gpu(size_t bytes, const std::string& what) {
+//   held: bytes of the buffer the new one replaces (freed before it is allocated)
+static void check_fits_on_gpu(size_t bytes, const std::string& what, size_t held = 0) {
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
     cudaGetLastError();  // not left for the next launch check to report; cudaMalloc will say why
     return;
   }
+  free_bytes += held;
   if (bytes > free_bytes)
     throw Error("not enough GPU memory for " + what + ": " + gigabytes(bytes) + " needed, " + gigabytes(free_bytes) +
                 " free (of " + gigabytes(total_bytes) + ")");
@@ -294,6 +297,28 @@ void CudaBackend::download_prob_sums() {
   }
 }
 
+// The eager kernels put one thread block per query on a grid's y or z axis, which
+// holds at most 65,535 (eager_attention.cu).
+constexpr int64_t kMaxEagerQueries = 65535;
+
+// An eager piece of T queries for sequence seq, asked before its tokens are placed so
+// that a refusal changes nothing (as the CPU's check_eager_attention_fits): at most
+// kMaxEagerQueries of them, and P [n_heads, T, table slots] within the GPU's free
+// memory. Placing T tokens lengthens the table by at most T slots.
+void CudaBackend::check_eager_fits(const PagedKvCache& cache, int seq, int T) const {
+  const int heads = model_.config.num_heads;
+  const int64_t n = int64_t(cache.sequence(seq).blocks.size()) * block_size_ + T;  // table slots, at most
+  if (T > kMaxEagerQueries)
+    throw Error("eager attention on the GPU takes at most " + commas(kMaxEagerQueries) + " queries at once, got " +
+                commas(T) + " (H2O and SnapKV need it over the whole prompt): run it on the CPU (--device cpu)");
+  const size_t bytes = size_t(heads) * size_t(T) * size_t(n) * sizeof(float);
+  if (bytes > probs_.size() * sizeof(float))
+    check_fits_on_gpu(bytes,
+                      "eager attention's probabilities (" + commas(T) + (T == 1 ? " query x " : " queries x ") +
+                          commas(n) + " keys x " + plural(heads, "head") + "; H2O and SnapKV need them)",
+                      probs_.size() * sizeof(float));
+}
+
 void CudaBackend::check_pool(const PagedKvCache& cache) const {
   if (cache.num_blocks() != num_blocks_ || cache.block_size() != block_size_)
     throw Error("cuda backend: the cache's pool does not match the storage it was made for");
@@ -303,6 +328,7 @@ const float* CudaBackend::forward(PagedKvCache& cache, int seq, const int* token
                                   const ForwardOptions& options) {
   const ModelConfig& c = model_.config;
   check_pool(cache);
+  if (options.attention == AttentionPath::Eager) check_eager_fits(cache, seq, T);
   const Placement p = place_tokens(c, cache, seq, tokens, T);
   pieces_ = {StepPiece{0, T, options.attention, options.sum_from, options.prob_sums}};
   upload_step(std::vector<int>(tokens, tokens + T), {&p}, {&cache.sequence(seq).blocks});
@@ -327,6 +353,9 @@ const float* CudaBackend::forward(PagedKvCache& cache, int seq, const int* token
 const float* CudaBackend::forward_batch(PagedKvCache& cache, const std::vector<BatchItem>& items) {
   const ModelConfig& c = model_.config;
   check_pool(cache);
+  for (const BatchItem& it : items)  // the prefill chunks; the decode rows' P is one row per sequence
+    if (it.attention == AttentionPath::Eager && it.tokens.size() > 1)
+      check_eager_fits(cache, it.seq, int(it.tokens.size()));
   const std::vector<Placement> placed = place_batch(c, cache, items);
   std::vector<size_t> order;  // items in row order
   for (size_t i = 0; i < items.size(); ++i)

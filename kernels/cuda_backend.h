@@ -74,6 +74,7 @@ class CudaBackend final : public Backend {
   static bool is_paged(const StepPiece& p) { return p.T == 1 && p.attention != AttentionPath::Eager; }
 
   void check_pool(const PagedKvCache& cache) const;
+  void check_eager_fits(const PagedKvCache& cache, int seq, int T) const;
   void upload_step(const std::vector<int>& tokens, const std::vector<const Placement*>& placed,
                    const std::vector<const std::vector<int>*>& tables);
   void run_layers(std::vector<float>* queries);

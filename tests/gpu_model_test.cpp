@@ -136,6 +136,44 @@ TEST(GpuModel, APoolLargerThanTheGpuIsRefusedByName) {
   }
 }
 
+// An eager prefill the GPU cannot take is refused before its tokens are placed, so the
+// cache is as it was: more queries than the eager kernels' grid holds, or P larger than
+// the GPU's free memory (sized from what cudaMemGetInfo says, so that any card refuses it).
+TEST(GpuModel, AnEagerPrefillTheGpuCannotTakeChangesNothing) {
+  KVSCOPE_REQUIRE_GPU();
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  m.config.max_position_embeddings = 1 << 30;  // its 512 would refuse these prompts first
+  ForwardOptions eager;
+  eager.attention = AttentionPath::Eager;
+  const auto refusal = [&](OneSequence& s, const std::vector<int>& prompt) -> std::string {
+    const auto live = s.cache.sequence(s.seq).live;
+    try {
+      s.backend->forward(s.cache, s.seq, prompt.data(), int(prompt.size()), eager);
+    } catch (const Error& e) {
+      EXPECT_EQ(s.cache.sequence(s.seq).live, live) << "the refused prompt's tokens were placed";
+      return e.what();
+    }
+    return "(not refused)";
+  };
+
+  OneSequence many(m, 65536, 16, true);
+  EXPECT_EQ(refusal(many, std::vector<int>(65536, 7)),
+            "eager attention on the GPU takes at most 65,535 queries at once, got 65,536 (H2O and SnapKV need it "
+            "over the whole prompt): run it on the CPU (--device cpu)");
+
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const int T = 4096;
+  const size_t keys = 2 * free_bytes / (size_t(m.config.num_heads) * T * sizeof(float));  // P of twice the free bytes
+  ASSERT_LT(keys, size_t(INT32_MAX)) << "a GPU this large needs a longer prompt here";
+  OneSequence big(m, int(keys), 256, true);
+  for (size_t i = 0; i + T < keys; ++i) big.cache.append(big.seq);
+  const std::string why = refusal(big, std::vector<int>(T, 7));
+  const std::string want = "not enough GPU memory for eager attention's probabilities (4,096 queries x ";
+  EXPECT_EQ(why.substr(0, want.size()), want) << why;
+  EXPECT_NE(why.find(" keys x 4 heads; H2O and SnapKV need them): "), std::string::npos) << why;
+}
+
 TEST(GpuModel, EagerPathProbSumsAndQueriesMatchCpu) {
   KVSCOPE_REQUIRE_GPU();
   const Model m = load_model(test::tiny_model("tiny-tied"));
