@@ -304,10 +304,10 @@ constexpr int64_t kMaxEagerQueries = 65535;
 // An eager piece of T queries for sequence seq, asked before its tokens are placed so
 // that a refusal changes nothing (as the CPU's check_eager_attention_fits): at most
 // kMaxEagerQueries of them, and P [n_heads, T, table slots] within the GPU's free
-// memory. Placing T tokens lengthens the table by at most T slots.
+// memory, the table being the blocks it holds and those the T tokens will take.
 void CudaBackend::check_eager_fits(const PagedKvCache& cache, int seq, int T) const {
   const int heads = model_.config.num_heads;
-  const int64_t n = int64_t(cache.sequence(seq).blocks.size()) * block_size_ + T;  // table slots, at most
+  const int64_t n = (int64_t(cache.sequence(seq).blocks.size()) + cache.blocks_needed(seq, T)) * block_size_;
   if (T > kMaxEagerQueries)
     throw Error("eager attention on the GPU takes at most " + commas(kMaxEagerQueries) + " queries at once, got " +
                 commas(T) + " (H2O and SnapKV need it over the whole prompt): run it on the CPU (--device cpu)");
