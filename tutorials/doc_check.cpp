@@ -28,10 +28,10 @@
 //      every line, trimmed, is a line of the program ("..." lines elide);
 //   4. requires every relative link to name a file or folder that exists.
 //
-// --other-pages checks every page of documents.h's list but the chapters' (which the
-// doc test checks one test each): the README, the model card, the app's guide and any
-// page added later. Files without a console block get checks 3 and 4 only. --update rewrites
-// the quoted output with today's (then read the diff and fix the prose).
+// Files without a console block get checks 3 and 4 only. --update rewrites the quoted
+// output with today's (then read the diff and fix the prose). --other-pages checks every
+// page of documents.h's list but the chapters' (which the doc test checks one test
+// each): the README, the model card, the app's guide and any page added later.
 // Exit code: 0 when every file passes, 1 otherwise.
 #include <sys/wait.h>
 #include <unistd.h>
