@@ -860,5 +860,61 @@ TEST(BadInput, AFullPoolSaysWhichFlagWouldMakeRoom) {
   EXPECT_EQ(run_kvscope(readme + "compact").code, 0);
 }
 
+// --threads 1024 is the most kvscope starts: it is a warning (more than the cores
+// here), not the refusal 1025 gets. eval checks --threads before the model, so a
+// missing model ends the run without starting a thread.
+TEST(BadInput, TheMostThreadsIsAWarningNotARefusal) {
+  const ProgramRun r = run_kvscope("eval --threads 1024 --model /nowhere");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err.rfind("kvscope: warning: --threads 1024 is more than the ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("\nkvscope: error: /nowhere: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("more than 1024"), std::string::npos) << r.err;
+}
+
+// An output named as --calibration is refused even when the model folder has a
+// calibration of its own to protect (there, once, only the folder's was looked at).
+TEST(BadInput, AnOutputThatWouldDestroyTheGivenCalibrationIsRefused) {
+  const std::string calibration = test::binary_path("calibration_" + std::to_string(::getpid()) + ".json");
+  { std::ofstream(calibration) << "{}\n"; }
+  const std::string tiny = "--model '" + test::tiny_model("tiny-tied") + "' ";
+  expect_one_line_error("eval " + tiny + "--policies triattention --calibration " + calibration + " --json " +
+                            calibration,
+                        "--json " + calibration + " is --calibration, which this run reads");
+  expect_one_line_error("generate " + tiny + "--prompt hi -n 1 --policy triattention --budget 40 --calibration " +
+                            calibration + " --trace " + calibration,
+                        "--trace " + calibration + " is --calibration, which this run reads");
+  EXPECT_EQ(read_file(calibration), "{}\n");
+  std::remove(calibration.c_str());
+}
+
+// A model folder's triattention-calibration.json that is a directory is refused by
+// name, as its heldout.txt is; it once counted as no calibration at all ("needs a
+// calibration file: make one with kvscope calibrate").
+TEST(BadInput, AModelFoldersCalibrationThatIsADirectoryIsRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(testing::TempDir()) / "kvscope-calibration-dir";
+  fs::remove_all(dir);
+  fs::copy(test::tiny_model("tiny-tied"), dir);
+  fs::create_directory(dir / "triattention-calibration.json");
+  expect_one_line_error("eval --model '" + dir.string() + "' --policies triattention --windows 1 --context 64 "
+                        "--continuation 2 --keep 0.5 --recent 8",
+                        (dir / "triattention-calibration.json").string() + ": is a directory, not a file");
+  fs::remove_all(dir);
+}
+
+// An allocation that fails (here under a 600 MB address-space limit) is one line,
+// "out of memory", not std::bad_alloc's what(). 20 million tokens take about 1.6 GB:
+// past the limit, and within kvscope's own check of the machine's memory anywhere.
+TEST(BadInput, AnAllocationThatFailsIsOutOfMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit allows";
+#else
+  const test::ProgramRun r = test::run_shell("ulimit -v 600000; " + test::binary_path("kvscope") +
+                                             " simulate --tokens 20000000 2>&1 >/dev/null");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.output, "kvscope: error: out of memory\n");
+#endif
+}
+
 }  // namespace
 }  // namespace kvscope
