@@ -747,5 +747,182 @@ TEST(VizScenarios, ModelRunsRecordScoresAndText) {
   }
 }
 
+// The token text the app shows: UTF-8 of 1 to 4 bytes as it is, control bytes and
+// bytes that are not UTF-8 escaped (\n, \t, \r by name, others as \xHH). The tests
+// above compare printable() with itself, so a wrong escape, or a 3-byte character
+// shown as bytes, went unnoticed.
+TEST(VizTrace, PrintableKeepsUtf8AndEscapesTheRest) {
+  const std::string utf8 = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80";  // a, e acute, euro sign, an emoji: 1 to 4 bytes
+  EXPECT_EQ(printable(utf8), utf8);
+  EXPECT_EQ(printable("1\n2\t3\r4"), "1\\n2\\t3\\r4");
+  EXPECT_EQ(printable(std::string("\x01\x7F\x00", 3)), "\\x01\\x7F\\x00");
+  EXPECT_EQ(printable("\xFF"), "\\xFF");                  // never a UTF-8 byte
+  EXPECT_EQ(printable("\xE2\x82"), "\\xE2\\x82");         // a 3-byte character cut short
+  EXPECT_EQ(printable("\xC3\x41"), "\\xC3A");             // a lead byte without its continuation
+}
+
+// The law the app draws for a one-shot random run: (evicted fraction)^(block size),
+// 0.875^16 = 11.8% for the blog's run; nothing checked the block size it is raised to.
+TEST(VizTimeline, TheLawIsTheEvictedFractionToTheBlockSize) {
+  const Recording rec = record(small_one_shot(), {});
+  Timeline t(rec.runs[0]);
+  t.seek(t.size());
+  const Counters& c = t.counters();
+  EXPECT_DOUBLE_EQ(c.evicted_fraction(), 0.875);
+  EXPECT_NEAR(c.expected_freed_fraction(), std::pow(0.875, 16), 1e-12);
+}
+
+// A trace's bytes_per_token must be a byte count: a negative one is refused, as text is.
+TEST(VizTrace, ANegativeBytesPerTokenIsRefused) {
+  SimulationConfig c;
+  c.tokens = 64;
+  c.record_events = true;
+  const SimulationResult r = simulate(c);
+  const std::string path = testing::TempDir() + "viz_negative_bytes.trace";
+  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, {{"bytes_per_token", "-1"}}}, r.events);
+  try {
+    load_trace_run(path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": bytes_per_token=-1 is not a byte count");
+  }
+  std::remove(path.c_str());
+}
+
+// The first id past the tokenizer's last is not in it (the check is >=, not >).
+TEST(VizTrace, TheIdOnePastTheVocabularyIsRefused) {
+  SimulationConfig c;
+  c.tokens = 64;
+  c.record_events = true;
+  const SimulationResult r = simulate(c);
+  const std::string path = testing::TempDir() + "viz_id_past_vocab.trace";
+  const std::string model = test::source_path("assets/model");
+  const int vocab = Tokenizer::load(model + "/tokenizer.json").vocab_size();
+  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy,
+                     {{"model", model}, {"tokens.0", "1," + std::to_string(vocab)}}}, r.events);
+  try {
+    load_trace_run(path);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": token id " + std::to_string(vocab) + " of sequence 0 is not in ",
+                                          0), 0u) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+// A model run's scores are those of the sequence's last round that began before the
+// cursor: at the cursor of its RoundBegin (not yet applied) the round has none.
+TEST(VizTimeline, ARoundsScoresShowOnceItsRoundBeginIsApplied) {
+  viz::Run run;
+  run.round_scores.push_back({2, 0, {0, 1, 2}, {5, 6, 7}});
+  EXPECT_FALSE(ScoresAt(run, 2, {})(0, 1).has_value());
+  EXPECT_EQ(ScoresAt(run, 3, {})(0, 1).value_or(-1), 6.0);
+  EXPECT_FALSE(ScoresAt(run, 3, {})(0, 3).has_value());  // a position the round did not score
+}
+
+// A synthetic run's importance is asked only of written tokens: the next position
+// (the sequence's next_pos) has no score yet.
+TEST(VizTimeline, TheNextPositionHasNoScoreYet) {
+  viz::Run run;
+  run.importance = [](int, int64_t pos, int64_t now) { return double(now - pos); };
+  const ScoresAt scores(run, 0, {5});
+  EXPECT_EQ(scores(0, 4).value_or(-1), 1.0);
+  EXPECT_FALSE(scores(0, 5).has_value());
+  EXPECT_FALSE(scores(1, 0).has_value());  // a sequence with no tokens yet
+}
+
+// Shading runs from the live tokens' 5th to their 95th percentile score; when every
+// live token scores the same, each is shaded 0 (not NaN, which the colours cannot take).
+TEST(VizTimeline, ShadingSpansTheFifthToTheNinetyFifthPercentile) {
+  viz::Run run;
+  run.importance = [](int, int64_t pos, int64_t) { return double(pos); };
+  ScoresAt scores(run, 0, {100});
+  std::vector<std::pair<int, int64_t>> live;
+  for (int64_t p = 0; p < 100; ++p) live.push_back({0, p});
+  scores.fit(live);  // 100 scores 0..99: lo = s[5] = 5, hi = s[94] = 94
+  EXPECT_FLOAT_EQ(scores.shade(5), 0.0f);
+  EXPECT_FLOAT_EQ(scores.shade(49.5), 0.5f);
+  EXPECT_FLOAT_EQ(scores.shade(94), 1.0f);
+  viz::Run flat;
+  flat.importance = [](int, int64_t, int64_t) { return 3.0; };
+  ScoresAt same(flat, 0, {100});
+  same.fit(live);
+  EXPECT_EQ(same.shade(3.0), 0.0f);
+}
+
+// Each scenario shows the memory strategies its description names: "streaming-budget"
+// compaction alone (the sawtooth), "reuse-vs-compact" hole reuse beside compaction.
+TEST(VizScenarios, EachShowsTheStrategiesItsDescriptionNames) {
+  using MS = MemoryStrategy;
+  EXPECT_EQ(find_scenario("streaming-budget")->settings.strategies, std::vector<MS>{MS::Compact});
+  EXPECT_EQ(find_scenario("reuse-vs-compact")->settings.strategies, (std::vector<MS>{MS::ReuseHoles, MS::Compact}));
+  EXPECT_EQ(find_scenario("compaction-on-off")->settings.strategies, (std::vector<MS>{MS::HolesOnly, MS::Compact}));
+}
+
+// A synthetic run's cost of a token, as the app prints it, is Qwen3-0.6B's, factor by factor.
+TEST(VizScenarios, ASyntheticTokenCostsWhatQwen3_0_6BsDoes) {
+  const Recording rec = record(small_one_shot(), {});
+  EXPECT_EQ(rec.runs[0]->bytes_per_token, 2 * 28 * 8 * 128 * 4);
+  EXPECT_EQ(rec.runs[0]->token_cost, "2 (K, V) x 28 layers x 8 KV heads x 128 dims x 4 bytes (f32 cache), Qwen3-0.6B");
+}
+
+// Sequences sharing a pool: sequence k writes tokens x {1, 0.75, 0.9, 0.6}[k] tokens and
+// starts tokens/8 x k steps late (sequence 0 has written that many, and one more, when
+// k writes its first), so the rounds do not line up.
+TEST(VizScenarios, SharedPoolSequencesDifferInLengthAndStart) {
+  RunSettings settings = find_scenario("three-sequences")->settings;
+  settings.tokens = 800;
+  settings.budget = 96;
+  settings.slack = 32;
+  const Recording rec = record(settings, {});
+  std::vector<int64_t> written(3, 0), seq0_before(3, -1);
+  for (const Event& e : rec.runs[0]->events) {
+    if (e.kind != EventKind::SlotWritten) continue;
+    if (seq0_before[size_t(e.seq)] < 0) seq0_before[size_t(e.seq)] = written[0];
+    ++written[size_t(e.seq)];
+  }
+  EXPECT_EQ(written, (std::vector<int64_t>{800, 600, 720}));
+  EXPECT_EQ(seq0_before, (std::vector<int64_t>{0, 101, 201}));
+}
+
+// A model run fits the model's context: the prompt is cut to half of it (at most 384
+// tokens), the rest is generated, and the note says so. On the tiny model (512
+// positions, hidden size 64) a short run instead gets the tiny model's note.
+TEST(VizScenarios, AModelRunFitsTheContextAndSaysSo) {
+  const ModelSource tiny{std::string(KVSCOPE_SOURCE_DIR) + "/tests/models/tiny-tied", ""};
+  RunSettings s = find_scenario("h2o-model")->settings;
+  s.strategies = {MemoryStrategy::Compact};
+  s.tokens = 32;
+  EXPECT_EQ(record(s, tiny).note.rfind("a tiny model: its attention is near-uniform", 0), 0u);
+  s.tokens = 300;
+  // A prompt of about 320 tokens: over half the context, under the 384 cap.
+  for (int i = 0; i < 16; ++i) s.prompt += "The json module reads a file. ";
+  const Recording rec = record(s, tiny);
+  EXPECT_EQ(rec.note, "the model's context is 512 tokens: 256 prompt + 256 new");
+  ASSERT_EQ(rec.runs.size(), 1u);
+  EXPECT_EQ(rec.runs[0]->token_text.at(0).size(), 512u);
+}
+
+// record() shows one or two strategies and one to four sequences; anything else is refused.
+TEST(VizScenarios, RecordRefusesWhatTheViewsCannotShow) {
+  using MS = MemoryStrategy;
+  RunSettings s = small_one_shot();
+  s.strategies = {MS::HolesOnly, MS::ReuseHoles, MS::Compact};
+  try {
+    record(s, {});
+    ADD_FAILURE() << "three strategies: no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "choose one or two memory strategies to show");
+  }
+  s = small_one_shot();
+  s.sequences = 5;
+  try {
+    record(s, {});
+    ADD_FAILURE() << "five sequences: no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "sequences must be between 1 and 4");
+  }
+}
+
 }  // namespace
 }  // namespace kvscope::viz
