@@ -1,5 +1,6 @@
 // Many requests, one pool: batched forward passes, the scheduler, preemption, serve-bench.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -521,6 +522,21 @@ TEST(ServeBench, OptionsItWouldIgnoreAreRefused) {
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
   }
+}
+
+// --threads 0, the default, leaves OpenMP its own count (every core here) and --threads N
+// sets N: the header says how many ran. ctest gives each test OMP_NUM_THREADS=1, so these
+// runs unset it. (On a one-core machine the two cases cannot be told apart.)
+TEST(ServeBench, TheHeaderSaysHowManyThreadsRan) {
+  const auto header = [](int threads) {
+    return test::run_shell("env -u OMP_NUM_THREADS " + test::binary_path("kvscope") + " serve-bench --model '" +
+                           test::tiny_model("tiny-tied") + "' --strategies none --requests 1 --prompt-len 8 "
+                           "--output-len 2 --repeat 1 --threads " + std::to_string(threads) + " 2>/dev/null")
+        .output;
+  };
+  const std::string all = header(0), one = header(1);
+  EXPECT_NE(all.find(", " + plural(omp_get_num_procs(), "thread") + "\n"), std::string::npos) << all;
+  EXPECT_NE(one.find(", 1 thread\n"), std::string::npos) << one;
 }
 
 // The cell of `column` in the table row of `strategy`.
