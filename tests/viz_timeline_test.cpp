@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -772,42 +773,38 @@ TEST(VizTimeline, TheLawIsTheEvictedFractionToTheBlockSize) {
   EXPECT_NEAR(c.expected_freed_fraction(), std::pow(0.875, 16), 1e-12);
 }
 
-// A trace's bytes_per_token must be a byte count: a negative one is refused, as text is.
-TEST(VizTrace, ANegativeBytesPerTokenIsRefused) {
+// What load_trace_run says of the trace of a small simulated run whose header holds
+// `meta`, less the path it starts with; "" when the trace loads.
+std::string trace_refusal(const std::map<std::string, std::string>& meta) {
   SimulationConfig c;
   c.tokens = 64;
   c.record_events = true;
   const SimulationResult r = simulate(c);
-  const std::string path = testing::TempDir() + "viz_negative_bytes.trace";
-  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, {{"bytes_per_token", "-1"}}}, r.events);
+  const std::string path = testing::TempDir() + "viz_refused.trace";
+  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy, meta}, r.events);
+  std::string what;
   try {
     load_trace_run(path);
-    ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": bytes_per_token=-1 is not a byte count");
+    what = e.what();
   }
   std::remove(path.c_str());
+  return what.rfind(path + ": ", 0) == 0 ? what.substr(path.size() + 2) : what;
+}
+
+// A trace's bytes_per_token must be a byte count: a negative one is refused, as text is.
+TEST(VizTrace, ANegativeBytesPerTokenIsRefused) {
+  EXPECT_EQ(trace_refusal({{"bytes_per_token", "-1"}}), "bytes_per_token=-1 is not a byte count");
 }
 
 // The first id past the tokenizer's last is not in it (the check is >=, not >).
 TEST(VizTrace, TheIdOnePastTheVocabularyIsRefused) {
-  SimulationConfig c;
-  c.tokens = 64;
-  c.record_events = true;
-  const SimulationResult r = simulate(c);
-  const std::string path = testing::TempDir() + "viz_id_past_vocab.trace";
   const std::string model = test::source_path("assets/model");
   const int vocab = Tokenizer::load(model + "/tokenizer.json").vocab_size();
-  write_trace(path, {c.block_size, r.blocks_full_cache, c.strategy,
-                     {{"model", model}, {"tokens.0", "1," + std::to_string(vocab)}}}, r.events);
-  try {
-    load_trace_run(path);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind(path + ": token id " + std::to_string(vocab) + " of sequence 0 is not in ",
-                                          0), 0u) << e.what();
-  }
-  std::remove(path.c_str());
+  const std::string why = trace_refusal({{"model", model}, {"tokens.0", "1," + std::to_string(vocab)}});
+  const std::string want = "token id " + std::to_string(vocab) + " of sequence 0 is not in ";
+  EXPECT_EQ(why.substr(0, want.size()), want) << why;
+  EXPECT_EQ(trace_refusal({{"model", model}, {"tokens.0", "1," + std::to_string(vocab - 1)}}), "");
 }
 
 // A model run's scores are those of the sequence's last round that began before the
