@@ -46,6 +46,15 @@ ProgramRun run_kvscope(const std::string& args) {
 
 const std::string kTiny = "generate --model '" + test::tiny_model("tiny-tied") + "' --temperature 0 ";
 
+// A fresh copy of the tiny checkpoint's folder, named `name` under the tests' temporary
+// folder, for a test to spoil (never the fixture itself).
+std::filesystem::path tiny_model_copy(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(test::tiny_model("tiny-tied"), dir);
+  return dir;
+}
+
 // Exit code 1 and exactly one line on stderr: "kvscope: error: " and a message holding `part`.
 void expect_one_line_error(const std::string& args, const std::string& part) {
   const ProgramRun r = run_kvscope(args);
@@ -669,9 +678,7 @@ TEST(BadInput, AnOutputThatWouldDestroyAFileIsRefused) {
 // bound). Both are refused, naming the path.
 TEST(BadInput, AFileThatIsADirectoryOrADeviceIsRefused) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(testing::TempDir()) / "kvscope-not-files";
-  fs::remove_all(dir);
-  fs::copy(test::tiny_model("tiny-tied"), dir);
+  const fs::path dir = tiny_model_copy("kvscope-not-files");
   fs::create_directory(dir / "heldout.txt");
   expect_one_line_error("eval --model '" + dir.string() +
                             "' --policies h2o --windows 1 --context 128 --continuation 4 --keep 0.5",
@@ -735,9 +742,7 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
   // Before the weights load (as the README says): a checkpoint cut to 100 bytes is not
   // read. Once its error came first, and a real checkpoint loaded gigabytes to be refused.
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(testing::TempDir()) / "kvscope-pool-before-weights";
-  fs::remove_all(dir);
-  fs::copy(test::tiny_model("tiny-tied"), dir);
+  const fs::path dir = tiny_model_copy("kvscope-pool-before-weights");
   fs::resize_file(dir / "model.safetensors", 100);
   expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi --kv-memory 0.01",
                         "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
@@ -892,9 +897,7 @@ TEST(BadInput, AnOutputThatWouldDestroyTheGivenCalibrationIsRefused) {
 // calibration file: make one with kvscope calibrate").
 TEST(BadInput, AModelFoldersCalibrationThatIsADirectoryIsRefused) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(testing::TempDir()) / "kvscope-calibration-dir";
-  fs::remove_all(dir);
-  fs::copy(test::tiny_model("tiny-tied"), dir);
+  const fs::path dir = tiny_model_copy("kvscope-calibration-dir");
   fs::create_directory(dir / "triattention-calibration.json");
   expect_one_line_error("eval --model '" + dir.string() + "' --policies triattention --windows 1 --context 64 "
                         "--continuation 2 --keep 0.5 --recent 8",
