@@ -297,10 +297,6 @@ void CudaBackend::download_prob_sums() {
   }
 }
 
-// The eager kernels put one thread block per query on a grid's y or z axis, which
-// holds at most 65,535 (eager_attention.cu).
-constexpr int64_t kMaxEagerQueries = 65535;
-
 // An eager piece of T queries for sequence seq, asked before its tokens are placed so
 // that a refusal changes nothing (as the CPU's check_eager_attention_fits): at most
 // kMaxEagerQueries of them, and P [n_heads, T, table slots] within the GPU's free

@@ -97,6 +97,9 @@ void eager_attention(float* out, float* probs, float* prob_sums, int sum_from, c
                      int T, const PagedKv& kv, Heads h, const int64_t* row_sums) {
   if (kv.row_start && prob_sums && !row_sums)
     throw Error("eager_attention: with a table per row, row_sums must say where each row's sums go");
+  if (T > kMaxEagerQueries)
+    throw Error("eager_attention: at most " + std::to_string(kMaxEagerQueries) + " queries at once (a grid's y and z"
+                " axes), got " + std::to_string(T));
   const float scale = 1.0f / sqrtf(float(h.head_dim));
   const int n = kv.table_slots;
   eager_scores_kernel<<<dim3(ceil_div(size_t(n), kScoreWarps), T, h.n_heads), kScoreWarps * kWarp>>>(probs, q, q_pos,

@@ -99,6 +99,9 @@ void flash_attention(float* out, const float* q, const int* q_pos, int T, const 
 // and a row whose row_sums[t] is -1 is not summed.   row_sums: [T]
 void eager_attention(float* out, float* probs, float* prob_sums, int sum_from, const float* q, const int* q_pos,
                      int T, const PagedKv& kv, Heads h, const int64_t* row_sums = nullptr);
+// Its kernels put one thread block per query on a grid's y or z axis, which holds at most
+// 65,535: more queries than this at once are refused (kvscope::Error), before any launch.
+constexpr int kMaxEagerQueries = 65535;
 
 // TriAttention's key scores for n cached keys, every layer (CPU: key_scores in model/key_scores.h):
 //   raw[(l * n_heads + h) * n + i] = w[l, h] . k_i + gap[l, h] . |k_i|     in double
