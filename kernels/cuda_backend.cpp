@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cache/kv_storage.h"
+#include "model/attention.h"
 #include "model/ops.h"
 #include "gpu_devices.h"
 #include "util/error.h"
@@ -309,10 +310,7 @@ void CudaBackend::check_eager_fits(const PagedKvCache& cache, int seq, int T) co
                 commas(T) + " (H2O and SnapKV need it over the whole prompt): run it on the CPU (--device cpu)");
   const size_t bytes = size_t(heads) * size_t(T) * size_t(n) * sizeof(float);
   if (bytes > probs_.size() * sizeof(float))
-    check_fits_on_gpu(bytes,
-                      "eager attention's probabilities (" + commas(T) + (T == 1 ? " query x " : " queries x ") +
-                          commas(n) + " keys x " + plural(heads, "head") + "; H2O and SnapKV need them)",
-                      probs_.size() * sizeof(float));
+    check_fits_on_gpu(bytes, eager_probabilities(T, n, " x " + plural(heads, "head")), probs_.size() * sizeof(float));
 }
 
 void CudaBackend::check_pool(const PagedKvCache& cache) const {

@@ -173,9 +173,12 @@ void check_eager_attention_fits(int64_t T, int64_t n, int head_dim) {
   constexpr double kAlwaysFits = 64.0 * 1024 * 1024;
   if (bytes < kAlwaysFits) return;
   check_fits_in_memory(size_t(std::min(bytes, 1e18)),  // in double: must not wrap around
-                       "eager attention's probabilities (" + commas(T) + (T == 1 ? " query x " : " queries x ") +
-                           commas(n) + (n == 1 ? " key" : " keys") + ", on each of " + plural(threads, "thread") +
-                           "; H2O and SnapKV need them)");
+                       eager_probabilities(T, n, ", on each of " + plural(threads, "thread")));
+}
+
+std::string eager_probabilities(int64_t T, int64_t n, const std::string& spread) {
+  return "eager attention's probabilities (" + commas(T) + (T == 1 ? " query x " : " queries x ") + commas(n) +
+         (n == 1 ? " key" : " keys") + spread + "; H2O and SnapKV need them)";
 }
 
 }  // namespace kvscope

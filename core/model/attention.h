@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cache/kv_cache.h"
@@ -74,5 +75,11 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
 // pass asks before it changes anything (a long prompt under H2O or SnapKV). Under
 // 64 MiB in all it is taken to fit without looking (every decode step asks).
 void check_eager_attention_fits(int64_t T, int64_t n, int head_dim);
+
+// What a memory check names when eager attention's probabilities do not fit, on the
+// CPU or the GPU: "eager attention's probabilities (T queries x n keys<spread>; H2O
+// and SnapKV need them)", spread saying how many copies of [T, n] there are
+// (", on each of 2 threads", " x 16 heads").
+std::string eager_probabilities(int64_t T, int64_t n, const std::string& spread);
 
 }  // namespace kvscope
