@@ -381,6 +381,60 @@ std::vector<AddedToken> read_added_tokens(const json& doc, const std::string& pa
   return added;
 }
 
+// model.merges, in rank order, as ids: left + right -> merged. Each token must be in
+// the vocabulary, the merged one too.
+struct MergeIds {
+  int left, right, merged;
+};
+std::vector<MergeIds> read_merges(const json& model, const std::unordered_map<std::string, int>& vocab,
+                                  const std::string& path) {
+  const json& merges = require(model, "merges", "model.merges", path);
+  if (!merges.is_array()) throw file_error(path, "model.merges is not an array");
+  auto id_of = [&](const std::string& token, size_t rank, const std::string& what) {
+    auto it = vocab.find(token);
+    if (it == vocab.end())
+      throw file_error(path, "model.merges[" + std::to_string(rank) + "] " + what + " " + json_quote(token) +
+                                 ", which is not in model.vocab");
+    return it->second;
+  };
+  std::vector<MergeIds> ids;
+  ids.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    auto [a, b] = read_merge(merges[rank], rank, path);
+    ids.push_back({id_of(a, rank, "names"), id_of(b, rank, "names"), id_of(a + b, rank, "makes")});
+  }
+  return ids;
+}
+
+// The id of each byte's single-byte token (what BPE starts from), -1 where the
+// vocabulary has none.
+std::array<int, 256> single_byte_ids(const std::unordered_map<std::string, int>& vocab) {
+  std::array<int, 256> ids;
+  ids.fill(-1);
+  const auto alphabet = byte_to_unicode();
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab.find(utf8_encode(alphabet[b]));
+    if (it != vocab.end()) ids[b] = it->second;
+  }
+  return ids;
+}
+
+// A tokenizer.json parsed, or kvscope::Error naming the file. A model folder is read
+// as its tokenizer.json (a folder named tokenizer.json as the file, so that read_file
+// says "is a directory, not a file").
+std::string tokenizer_file(const std::string& path) {
+  if (std::filesystem::is_directory(path) && std::filesystem::path(path).filename() != "tokenizer.json")
+    return (std::filesystem::path(path) / "tokenizer.json").string();
+  return path;
+}
+json parse_json_file(const std::string& path) {
+  try {
+    return json::parse(read_file(path));
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range ("1e999")
+    throw file_error(path, std::string("malformed JSON: ") + e.what());
+  }
+}
+
 // Refuses the BPE options that kvscope does not implement.
 void check_bpe_options(const json& model, const std::string& path) {
   const json& type = require(model, "type", "model.type", path);
@@ -396,18 +450,8 @@ void check_bpe_options(const json& model, const std::string& path) {
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
-  std::string path = tokenizer_json_path;
-  // A model folder: its tokenizer.json. (A folder named tokenizer.json is read as the
-  // file, so that read_file says "is a directory, not a file".)
-  if (std::filesystem::is_directory(path) && std::filesystem::path(path).filename() != "tokenizer.json")
-    path = (std::filesystem::path(path) / "tokenizer.json").string();
-  json doc;
-  try {
-    doc = json::parse(read_file(path));
-  } catch (const json::exception& e) {  // a syntax error, or a number out of range ("1e999")
-    throw file_error(path, std::string("malformed JSON: ") + e.what());
-  }
-
+  const std::string path = tokenizer_file(tokenizer_json_path);
+  const json doc = parse_json_file(path);
   Tokenizer t;
   t.path_ = path;
   try {
@@ -422,24 +466,13 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
     int size = 0;
     for (const auto& [token, id] : vocab) size = std::max(size, id + 1);
 
-    const json& merges = require(model, "merges", "model.merges", path);
-    if (!merges.is_array()) throw file_error(path, "model.merges is not an array");
+    const std::vector<MergeIds> merges = read_merges(model, vocab, path);
     t.merges_.reserve(merges.size());
-    auto id_of = [&](const std::string& token, size_t rank, const std::string& what) {
-      auto it = vocab.find(token);
-      if (it == vocab.end())
-        throw file_error(path, "model.merges[" + std::to_string(rank) + "] " + what + " " + json_quote(token) +
-                                   ", which is not in model.vocab");
-      return it->second;
-    };
     for (size_t rank = 0; rank < merges.size(); ++rank) {
-      auto [a, b] = read_merge(merges[rank], rank, path);
-      int left = id_of(a, rank, "names"), right = id_of(b, rank, "names");
-      int merged = id_of(a + b, rank, "makes");
-      uint64_t key = static_cast<uint64_t>(left) << 32 | static_cast<uint32_t>(right);
+      const uint64_t key = static_cast<uint64_t>(merges[rank].left) << 32 | static_cast<uint32_t>(merges[rank].right);
       // A pair listed twice takes its last rank, as in Hugging Face's tokenizers (it collects
       // the merges into a HashMap in order) and transformers.js (a Map built the same way).
-      t.merges_.insert_or_assign(key, Merge{static_cast<int>(rank), merged});
+      t.merges_.insert_or_assign(key, Merge{static_cast<int>(rank), merges[rank].merged});
     }
 
     // Added tokens: their ids may extend the vocabulary (Qwen: 151643..151668).
@@ -476,13 +509,7 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
       std::sort(ids.begin(), ids.end(), [&](int x, int y) { return t.id_bytes_[x].size() > t.id_bytes_[y].size(); });
     }
 
-    // The single-byte tokens that BPE starts from.
-    auto alphabet = byte_to_unicode();
-    for (int b = 0; b < 256; ++b) {
-      auto it = vocab.find(utf8_encode(alphabet[b]));
-      if (it != vocab.end()) t.byte_id_[b] = it->second;
-    }
-
+    t.byte_id_ = single_byte_ids(vocab);
     read_normalizer(doc.contains("normalizer") ? doc["normalizer"] : json(), t.normal_forms_, path);
     read_post_processor(doc.contains("post_processor") ? doc["post_processor"] : json(), t.template_prefix_,
                         t.template_suffix_, path);
