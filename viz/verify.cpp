@@ -44,87 +44,95 @@ Class classify(const uint8_t* p) {
   return best <= 3 * 12 * 12 ? out : kUnknown;
 }
 
+// One pool view's slots against its replayed occupancy: a line of the report, and ok
+// false on any mismatch or when the slots cannot be read back at this size.
+std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::string& name,
+                        const std::vector<uint8_t>& rgba, int width, int height, bool& ok) {
+  const Occupancy& occ = t.occupancy();
+  if (!g.drawn || g.slot_w < 2 || g.slot_h < 2) {
+    ok = false;
+    return "verify: " + name + ": the slots are too small to read back at this size (use a larger --size)\n";
+  }
+  // A slot past the picture's edge is not a rendering fault: the window is too small.
+  bool fits = true;
+  for (int b = 0; b < occ.num_blocks(); ++b) {
+    const ImVec2 a = g.slot_min(b, 0), z = g.slot_max(b, occ.block_size() - 1);
+    fits &= a.x >= 0 && a.y >= 0 && z.x <= float(width) && z.y <= float(height);
+  }
+  if (!fits) {
+    ok = false;
+    return "verify: " + name + ": the pool does not fit the " + std::to_string(width) + "x" +
+           std::to_string(height) + " picture (use a larger --size)\n";
+  }
+  int64_t expected[5] = {}, seen[5] = {}, wrong = 0;
+  std::string first;
+  for (int b = 0; b < occ.num_blocks(); ++b)
+    for (int j = 0; j < occ.block_size(); ++j) {
+      const ImVec2 a = g.slot_min(b, j), z = g.slot_max(b, j);
+      const int x = int((a.x + z.x) / 2), y = int((a.y + z.y) / 2);
+      const Class want = occ.owner(b) < 0              ? kFreeSlot
+                         : occ.position(b, j) != kEmpty ? kLiveSlot
+                         : t.used(b, j)                 ? kHoleSlot
+                                                        : kRoomSlot;
+      Class got = kUnknown;
+      if (x >= 0 && y >= 0 && x < width && y < height)
+        got = classify(&rgba[(size_t(y) * size_t(width) + size_t(x)) * 4]);  // RGBA, top row first
+      ++expected[want];
+      ++seen[got];
+      if (got != want) {
+        if (wrong++ == 0)
+          first = " (first: block " + std::to_string(b) + " slot " + std::to_string(j) + " should be " +
+                  kClassNames[want] + ", the image shows " + kClassNames[got] + ")";
+      }
+    }
+  if (wrong) ok = false;
+  return "verify: " + name + ": the cache has " + commas(expected[kLiveSlot]) + " live, " +
+         commas(expected[kHoleSlot]) + " holes, " + commas(expected[kRoomSlot]) + " unwritten, " +
+         commas(expected[kFreeSlot]) + " free slots; the image shows " + commas(seen[kLiveSlot]) + " live, " +
+         commas(seen[kHoleSlot]) + " holes, " + commas(seen[kRoomSlot]) + " unwritten, " + commas(seen[kFreeSlot]) +
+         " free, " + commas(seen[kUnknown]) + " unrecognised: " +
+         (wrong ? commas(wrong) + " slots differ" + first : std::string("all match")) + "\n";
+}
+
+// While playing, the sequence strip must show its newest written token on whole lines.
+std::string verify_strip(const App::StripFollow& strip, bool& ok) {
+  const bool shown = strip.newest_top >= strip.view_top && strip.newest_bottom <= strip.view_bottom;
+  const float lines = (strip.view_bottom - strip.view_top) / (strip.newest_bottom - strip.newest_top);
+  const bool whole = std::fabs(lines - std::round(lines)) < 0.01f;  // no line cut in half at the bottom
+  if (!shown || !whole) ok = false;
+  const auto y = [](float v) { return std::to_string(int(v)); };
+  return std::string("verify: the sequence strip ") +
+         (shown ? "shows its newest written token"
+                : "does not show its newest written token (its row is at y " + y(strip.newest_top) +
+                      ", the strip shows y " + y(strip.view_top) + " to " + y(strip.view_bottom) + ")") +
+         (whole ? "" : "; it is " + fmt("%.2f", lines) + " lines tall, not a whole number") + "\n";
+}
+
 }  // namespace
 
 std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height, bool& ok) const {
   ok = true;
-  std::string report;
   if (!session) {
     ok = false;
     return "verify: nothing recorded\n";
   }
+  std::string report;
   int sliding = 0;  // views not checked
   for (int v = 0; v < session->views(); ++v) {
-    const PoolGeometry& g = pools[v];
     const Timeline& t = session->view(v);
-    const Occupancy& occ = t.occupancy();
     const std::string name = view_title(t.run());
     if (session->slide() && session->slide()->view == v) {  // tokens in flight cover slots they are not in
       report += "verify: " + name + ": survivors are sliding in this frame; its slots are not checked\n";
       ++sliding;
       continue;
     }
-    if (!g.drawn || g.slot_w < 2 || g.slot_h < 2) {
-      ok = false;
-      report += "verify: " + name + ": the slots are too small to read back at this size (use a larger --size)\n";
-      continue;
-    }
-    // A slot past the picture's edge is not a rendering fault: the window is too small.
-    bool fits = true;
-    for (int b = 0; b < occ.num_blocks(); ++b) {
-      const ImVec2 a = g.slot_min(b, 0), z = g.slot_max(b, occ.block_size() - 1);
-      fits &= a.x >= 0 && a.y >= 0 && z.x <= float(width) && z.y <= float(height);
-    }
-    if (!fits) {
-      ok = false;
-      report += "verify: " + name + ": the pool does not fit the " + std::to_string(width) + "x" +
-                std::to_string(height) + " picture (use a larger --size)\n";
-      continue;
-    }
-    int64_t expected[5] = {}, seen[5] = {}, wrong = 0;
-    std::string first;
-    for (int b = 0; b < occ.num_blocks(); ++b)
-      for (int j = 0; j < occ.block_size(); ++j) {
-        const ImVec2 a = g.slot_min(b, j), z = g.slot_max(b, j);
-        const int x = int((a.x + z.x) / 2), y = int((a.y + z.y) / 2);
-        const Class want = occ.owner(b) < 0              ? kFreeSlot
-                           : occ.position(b, j) != kEmpty ? kLiveSlot
-                           : t.used(b, j)                 ? kHoleSlot
-                                                          : kRoomSlot;
-        Class got = kUnknown;
-        if (x >= 0 && y >= 0 && x < width && y < height) got = classify(&rgba[(size_t(y) * size_t(width) + size_t(x)) * 4]);
-        ++expected[want];
-        ++seen[got];
-        if (got != want) {
-          if (wrong++ == 0)
-            first = " (first: block " + std::to_string(b) + " slot " + std::to_string(j) + " should be " +
-                    kClassNames[want] + ", the image shows " + kClassNames[got] + ")";
-        }
-      }
-    report += "verify: " + name + ": the cache has " + commas(expected[kLiveSlot]) + " live, " +
-              commas(expected[kHoleSlot]) + " holes, " + commas(expected[kRoomSlot]) + " unwritten, " +
-              commas(expected[kFreeSlot]) + " free slots; the image shows " + commas(seen[kLiveSlot]) + " live, " +
-              commas(seen[kHoleSlot]) + " holes, " + commas(seen[kRoomSlot]) + " unwritten, " +
-              commas(seen[kFreeSlot]) + " free, " + commas(seen[kUnknown]) + " unrecognised: " +
-              (wrong ? commas(wrong) + " slots differ" + first : std::string("all match")) + "\n";
-    if (wrong) ok = false;
+    report += verify_pool(pools[v], t, name, rgba, width, height, ok);
   }
   if (sliding == session->views()) {  // a check that checked nothing is not a pass
     ok = false;
     report += "verify: every view is sliding in this frame: nothing to check (choose another --at or --frames)\n";
   }
-  if (strip.following) {
-    const bool shown = strip.newest_top >= strip.view_top && strip.newest_bottom <= strip.view_bottom;
-    const float lines = (strip.view_bottom - strip.view_top) / (strip.newest_bottom - strip.newest_top);
-    const bool whole = std::fabs(lines - std::round(lines)) < 0.01f;  // no line cut in half at the bottom
-    if (!shown || !whole) ok = false;
-    const auto y = [](float v) { return std::to_string(int(v)); };
-    report += std::string("verify: the sequence strip ") +
-              (shown ? "shows its newest written token"
-                     : "does not show its newest written token (its row is at y " + y(strip.newest_top) +
-                           ", the strip shows y " + y(strip.view_top) + " to " + y(strip.view_bottom) + ")") +
-              (whole ? "" : "; it is " + fmt("%.2f", lines) + " lines tall, not a whole number") + "\n";
-  }
+  if (strip.following) report += verify_strip(strip, ok);
   return report;
 }
 
