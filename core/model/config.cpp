@@ -97,13 +97,9 @@ T optional_field(const json& j, const char* key, T fallback, const char* kind, c
 
 }  // namespace
 
-static ModelConfig parse_config_object(const std::string& json_text, const std::string& source) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw file_error(source, "not valid JSON");
-  if (!j.is_object()) throw file_error(source, "expected a JSON object");
-
-  // Architecture: model_type "qwen3", as Hugging Face decides it; without a model_type,
-  // an architectures list that names Qwen3ForCausalLM.
+// Architecture: model_type "qwen3", as Hugging Face decides it; without a model_type,
+// an architectures list that names Qwen3ForCausalLM.
+static void check_qwen3(const json& j, const std::string& source) {
   const std::string model_type = optional_field<std::string>(j, "model_type", "", "a string", source);
   bool qwen3_arch = false;
   if (j.contains("architectures") && j["architectures"].is_array())
@@ -112,6 +108,29 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
     std::string what = model_type.empty() ? std::string("no model_type") : "model_type \"" + model_type + "\"";
     throw file_error(source, "unsupported architecture (" + what + "); kvscope runs Qwen3 (model_type \"qwen3\") only");
   }
+}
+
+// The shapes fit together, and the options kvscope does not implement are off.
+static void check_shapes_and_options(const json& j, const ModelConfig& c, const std::string& source) {
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw file_error(source, "num_attention_heads (" + std::to_string(c.num_heads) +
+                                 ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+  check_sizes(c, source);
+  if (c.head_dim % 2 != 0)
+    throw file_error(source, "head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
+  if (optional_field<std::string>(j, "hidden_act", "silu", "a string", source) != "silu")
+    throw file_error(source, "hidden_act must be \"silu\"");
+  require_off(j, "attention_bias", source);
+  require_off(j, "rope_scaling", source);
+  require_off(j, "use_sliding_window", source);
+}
+
+static ModelConfig parse_config_object(const std::string& json_text, const std::string& source) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw file_error(source, "not valid JSON");
+  if (!j.is_object()) throw file_error(source, "expected a JSON object");
+
+  check_qwen3(j, source);
 
   ModelConfig c;
   c.hidden_size = positive_int(j, "hidden_size", source);
@@ -149,16 +168,7 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   }
   add_eos_ids(j, c.eos_token_ids, source);
 
-  if (c.num_heads % c.num_kv_heads != 0)
-    throw file_error(source, "num_attention_heads (" + std::to_string(c.num_heads) + ") is not a multiple of num_key_value_heads (" +
-                                 std::to_string(c.num_kv_heads) + ")");
-  check_sizes(c, source);
-  if (c.head_dim % 2 != 0) throw file_error(source, "head_dim must be even for rotary embeddings, got " + std::to_string(c.head_dim));
-  if (optional_field<std::string>(j, "hidden_act", "silu", "a string", source) != "silu")
-    throw file_error(source, "hidden_act must be \"silu\"");
-  require_off(j, "attention_bias", source);
-  require_off(j, "rope_scaling", source);
-  require_off(j, "use_sliding_window", source);
+  check_shapes_and_options(j, c, source);
   return c;
 }
 
