@@ -419,14 +419,15 @@ std::array<int, 256> single_byte_ids(const std::unordered_map<std::string, int>&
   return ids;
 }
 
-// A tokenizer.json parsed, or kvscope::Error naming the file. A model folder is read
-// as its tokenizer.json (a folder named tokenizer.json as the file, so that read_file
-// says "is a directory, not a file").
+// The file to read for `path`: a model folder's tokenizer.json. (A folder named
+// tokenizer.json is taken as the file, so that read_file says "is a directory, not a file".)
 std::string tokenizer_file(const std::string& path) {
   if (std::filesystem::is_directory(path) && std::filesystem::path(path).filename() != "tokenizer.json")
     return (std::filesystem::path(path) / "tokenizer.json").string();
   return path;
 }
+
+// A JSON file parsed, or kvscope::Error naming the file.
 json parse_json_file(const std::string& path) {
   try {
     return json::parse(read_file(path));
