@@ -47,8 +47,8 @@ TEST(ProseNumbers, ADecimalPointNeedsADigitAfterIt) {
 
 TEST(ProseNumbers, APercentSignAndAFactorAreNotPartOfTheNumber) {
   EXPECT_EQ(checked("87.5% evicted, 6.2x faster, 3x"), (Strings{"87.5", "6.2", "3"}));
-  // An "x" that starts a longer word is a glued letter: 2xl.
-  EXPECT_EQ(all("2xl 3x."), (Strings{"2@0 glued", "3@4"}));
+  // An "x" that starts a longer word is a glued letter: 2xl, and the hex 0x1F.
+  EXPECT_EQ(all("2xl 3x. 0x1F"), (Strings{"2@0 glued", "3@4", "0@8 glued", "1@10 glued"}));
 }
 
 TEST(ProseNumbers, DigitsGluedToAWordAreNotChecked) {
@@ -75,8 +75,9 @@ TEST(ProseNumbers, PathsInProseAreNotNumbers) {
 
 TEST(ProseNumbers, LinksLoseTextAndTarget) {
   EXPECT_EQ(checked(prose("see [chapter 3](../03-x/README.md) for 12 blocks")), (Strings{"12"}));
-  // Brackets that are not a link stay prose.
+  // Brackets that are not a link stay prose, also before a link on the same line.
   EXPECT_EQ(checked(prose("slots [0, 16) and [4] (5)")), (Strings{"0", "16", "4", "5"}));
+  EXPECT_EQ(checked(prose("slots [0, 16) and [chapter 4](../04/README.md)")), (Strings{"0", "16"}));
   // A link left open is not blanked.
   EXPECT_EQ(checked(prose("[7](open")), (Strings{"7"}));
 }

@@ -39,8 +39,8 @@ inline std::vector<Number> numbers(const std::string& s) {
       while (j < s.size() && digit(s[j])) ++j;
     }
     const bool left = i > 0 && (letter(s[i - 1]) || s[i - 1] == '.');
-    // A trailing "x" is a factor ("6.2x faster"), not a glued letter.
-    const bool x_factor = j < s.size() && s[j] == 'x' && (j + 1 >= s.size() || !letter(s[j + 1]));
+    // A trailing "x" is a factor ("6.2x faster"), not a glued letter (2xl, 0x1F).
+    const bool x_factor = j < s.size() && s[j] == 'x' && (j + 1 >= s.size() || !(letter(s[j + 1]) || digit(s[j + 1])));
     const bool right = j < s.size() && letter(s[j]) && !x_factor;
     out.push_back({s.substr(i, j - i), i, left || right});
     i = j;
@@ -82,6 +82,7 @@ inline std::string prose_only(std::string line, bool& in_comment) {
   for (size_t open = 0; (open = out.find('[', open)) != std::string::npos; ++open) {
     const size_t mid = out.find(']', open);
     if (mid == std::string::npos || mid + 1 >= out.size() || out[mid + 1] != '(') continue;
+    if (out.find('[', open + 1) < mid) continue;  // "[0, 16) and [4](x)": the link is the second
     const size_t close = out.find(')', mid);
     if (close == std::string::npos) break;
     std::fill(out.begin() + open, out.begin() + close + 1, ' ');
