@@ -298,8 +298,6 @@ int check_key_scores(const ModelConfig& c, int tokens, int refill, uint64_t seed
   return n;
 }
 
-// The kernel scores 8 keys per thread block: 280 keys fill 35 blocks, and 102 leave
-// the last block part-full, whose spare warps must score nothing.
 TEST(GpuAttention, EagerRefusesMoreQueriesThanItsGridHolds) {
   KVSCOPE_REQUIRE_GPU();
   // One thread block per query on a grid's y (and z) axis, which holds 65,535: one query
@@ -308,17 +306,17 @@ TEST(GpuAttention, EagerRefusesMoreQueriesThanItsGridHolds) {
   const ModelConfig c = test::attention_config(1, 2, 1, 64);
   RandomPagedCache rc(c, 20, 0, 16, 5);
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
-  const auto run = [&](int T) {
-    cuda::eager_attention(nullptr, nullptr, nullptr, 0, nullptr, nullptr, T, rc.layer(0), heads);
-  };
   try {
-    run(cuda::kMaxEagerQueries + 1);
+    cuda::eager_attention(nullptr, nullptr, nullptr, 0, nullptr, nullptr, cuda::kMaxEagerQueries + 1, rc.layer(0),
+                          heads);
     ADD_FAILURE() << "65,536 queries were not refused";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "eager_attention: at most 65535 queries at once (a grid's y and z axes), got 65536");
   }
 }
 
+// The kernel scores 8 keys per thread block: 280 keys fill 35 blocks, and 102 leave
+// the last block part-full, whose spare warps must score nothing.
 TEST(GpuAttention, TriAttentionKeyScoresMatchCpu) {
   KVSCOPE_REQUIRE_GPU();
   const ModelConfig c = test::attention_config(3, 8, 2, 64);
