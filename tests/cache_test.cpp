@@ -507,6 +507,48 @@ TEST(Invariants, CatchAWrongHolesList) {
   expect_error([&] { check_invariants(cache); }, "1 holes listed, 2 empty written slots");
 }
 
+TEST(Invariants, CatchTokenOrderBrokenAcrossBlocks) {
+  PagedKvCache cache(4, 4, MemoryStrategy::HolesOnly);
+  const int seq = cache.add_sequence();
+  appended(cache, seq, 8);  // block 0 holds 0-3, block 1 holds 4-7
+  std::swap(tamper(cache, seq).blocks[0], tamper(cache, seq).blocks[1]);
+  expect_error([&] { check_invariants(cache); },
+               "sequence 0: block 0 slot 0: position 0 follows 7 (holes keeps token order)");
+}
+
+TEST(Invariants, CatchAPositionNotYetReached) {
+  PagedKvCache cache(4, 4, MemoryStrategy::Compact);
+  const int seq = cache.add_sequence();
+  appended(cache, seq, 6);
+  tamper(cache, seq).next_pos = 5;  // position 5 is live, yet the next token would be 5 again
+  expect_error([&] { check_invariants(cache); }, "block 1 slot 1 holds position 5, outside [0, next_pos 5)");
+}
+
+TEST(Invariants, CatchAHolesListOutsideReuseHoles) {
+  PagedKvCache cache(4, 4, MemoryStrategy::HolesOnly);
+  const int seq = cache.add_sequence();
+  appended(cache, seq, 4);
+  cache.evict(seq, {1});
+  check_invariants(cache);
+  tamper(cache, seq).holes.push_back({0, 1});  // holes only never fills a hole, so it lists none
+  expect_error([&] { check_invariants(cache); }, "sequence 0: 1 holes listed under holes");
+}
+
+// check_kept, which the engine runs after every eviction round, names a position
+// the caller lists twice, else the first one lost, else the first one left over.
+TEST(Invariants, CheckKeptNamesWhatWasLostOrFound) {
+  PagedKvCache cache(4, 4, MemoryStrategy::Compact);
+  const int seq = cache.add_sequence();
+  appended(cache, seq, 6);
+  cache.evict(seq, {2, 4});
+  check_kept(cache, seq, {5, 3, 1, 0});  // any order
+  expect_error([&] { check_kept(cache, seq, {0, 1, 2, 3, 5}); },
+               "sequence 0: position 2 was kept but is no longer live");
+  expect_error([&] { check_kept(cache, seq, {0, 1, 5}); }, "sequence 0: position 3 is live but was not kept");
+  expect_error([&] { check_kept(cache, seq, {0, 1, 3, 3, 5}); },
+               "sequence 0: position 3 is listed twice among the kept");
+}
+
 // ---- the property test --------------------------------------------------------------
 
 // A few thousand random operations on several sequences sharing one pool. After

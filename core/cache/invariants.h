@@ -40,9 +40,10 @@ namespace kvscope {
 // "invariant: sequence 2: block 7 holds no live token but is still in the table".
 void check_invariants(const PagedKvCache& cache);
 
-// Throws unless the live positions of `seq` are exactly `expected` (any order):
-// "invariant: sequence 2: position 77 was kept but is no longer live", or
-// "... position 80 is live but was not kept".
+// Throws unless the live positions of `seq` are exactly `expected` (any order,
+// each once): "invariant: sequence 2: position 77 was kept but is no longer live",
+// "... position 80 is live but was not kept", or "... position 5 is listed twice
+// among the kept" (the caller's list is wrong).
 void check_kept(const PagedKvCache& cache, int seq, std::vector<int64_t> expected);
 
 }  // namespace kvscope
