@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -334,6 +335,65 @@ TEST_F(TinyTokenizer, NormalizesToNfc) {
   Tokenizer tok = load(tiny_tokenizer(false));
   EXPECT_EQ(tok.encode("e\xCC\x81"), tok.encode("\xC3\xA9"));  // e + U+0301 -> U+00E9
   EXPECT_EQ(tok.encode("\xC3\xA9"), (std::vector<int>{0xC3, 0xA9}));
+}
+
+// The other Unicode forms a tokenizer.json may name, alone or in a Sequence. The
+// tiny vocabulary has every byte and no merge that joins these, so the ids are
+// the normalised text's bytes: what each form made of it.
+TEST_F(TinyTokenizer, NormalizesToTheFormTheFileNames) {
+  const std::string e_acute = "\xC3\xA9", e_combining = "e\xCC\x81", fi_ligature = "\xEF\xAC\x81";
+  auto ids = [](const std::string& text) {  // a byte's id is the byte
+    std::vector<int> v;
+    for (unsigned char b : text) v.push_back(b);
+    return v;
+  };
+  auto encode_with = [&](const json& normalizer, const std::string& text) {
+    json doc = tiny_tokenizer(false);
+    doc["normalizer"] = normalizer;
+    return load(doc, "normalizer.json").encode(text);
+  };
+  const json nfd = {{"type", "NFD"}}, nfc = {{"type", "NFC"}};
+  EXPECT_EQ(encode_with(nfd, e_acute), ids(e_combining));
+  EXPECT_EQ(encode_with(json(nullptr), e_combining), ids(e_combining));  // no normaliser: as written
+  EXPECT_EQ(encode_with(nfc, fi_ligature), ids(fi_ligature));           // canonical forms keep the ligature
+  EXPECT_EQ(encode_with({{"type", "NFKC"}}, fi_ligature + e_combining), ids("fi" + e_acute));
+  EXPECT_EQ(encode_with({{"type", "NFKD"}}, fi_ligature + e_acute), ids("fi" + e_combining));
+  // A Sequence applies its steps in order: decomposed, then composed again.
+  EXPECT_EQ(encode_with({{"type", "Sequence"}, {"normalizers", {nfd, nfc}}}, e_combining), ids(e_acute));
+
+  json lowercase = tiny_tokenizer(false);
+  lowercase["normalizer"] = {{"type", "Sequence"}, {"normalizers", {nfc, {{"type", "Lowercase"}}}}};
+  const std::string message = load_error(lowercase.dump(), "lowercase.json");
+  EXPECT_NE(message.find("lowercase.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("normalizer \"Lowercase\" is not supported (NFC, NFD, NFKC, NFKD are)"), std::string::npos)
+      << message;
+}
+
+// A pre-tokenizer kvscope would run differently from Hugging Face is refused by
+// name, never approximated.
+TEST_F(TinyTokenizer, PreTokenizersItCannotRunAreRefused) {
+  auto error_with = [&](const std::function<void(json& steps)>& change) {
+    json doc = tiny_tokenizer(false);
+    change(doc["pre_tokenizer"]["pretokenizers"]);  // [0] Split, [1] ByteLevel
+    return load_error(doc.dump(), "pre.json");
+  };
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& s) { s[0]["pattern"]["Regex"] = "(\\p{L}"; },
+       "pre_tokenizer regex does not compile at offset 6: missing closing parenthesis"},
+      {[](json& s) { s[0]["behavior"] = "Removed"; }, "only behavior \"Isolated\" without invert is supported"},
+      {[](json& s) { s[0]["invert"] = true; }, "only behavior \"Isolated\" without invert is supported"},
+      {[](json& s) { s[1]["add_prefix_space"] = true; }, "ByteLevel: add_prefix_space is not supported"},
+      {[](json& s) { s[1]["use_regex"] = true; }, "more than one split regex is not supported"},
+      {[](json& s) { s.push_back(s[0]); }, "more than one split regex is not supported"},
+      {[](json& s) { s[0] = {{"type", "Whitespace"}}; },
+       "pre_tokenizer \"Whitespace\" is not supported (Split and ByteLevel are)"},
+      {[](json& s) { s.erase(1); }, "pre_tokenizer has no ByteLevel step; only byte-level BPE is supported"},
+  };
+  for (const auto& [change, problem] : cases) {
+    const std::string message = error_with(change);
+    EXPECT_NE(message.find("pre.json"), std::string::npos) << message;
+    EXPECT_NE(message.find(problem), std::string::npos) << "expected \"" << problem << "\" in: " << message;
+  }
 }
 
 // The split regex's \s is Unicode white space, as in Hugging Face (Oniguruma) and
