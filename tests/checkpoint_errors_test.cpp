@@ -208,6 +208,13 @@ TEST_F(BrokenCheckpoint, UntiedModelWithoutLmHead) {
   expect_error(dir_, "missing tensor \"lm_head.weight\"");
 }
 
+// A tied model may still carry lm_head.weight (a copy of the embedding); its shape is checked too.
+TEST_F(BrokenCheckpoint, TiedLmHeadOfTheWrongShape) {
+  make_copy("tiny-tied-with-head");
+  edit_weights([](Parts& p) { p.header["lm_head.weight"]["shape"] = {64, 384}; });  // the same bytes, transposed
+  expect_error(weights(), "tensor \"lm_head.weight\" has shape [64, 384] but config.json implies [384, 64]");
+}
+
 TEST_F(BrokenCheckpoint, ConfigIsNotJson) {
   write(config(), "{\"hidden_size\": 64,");
   expect_error(config(), "not valid JSON");
@@ -333,6 +340,24 @@ TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
   c = base;
   c["num_key_value_heads"] = 3;  // 4 heads are not a multiple of 3
   EXPECT_THROW(parse_config(c.dump(), "x/config.json"), Error);
+}
+
+// What the forward pass cannot compute is refused by name: RoPE rotates pairs of a
+// head's dimensions, and the MLP is SwiGLU (SiLU-gated).
+TEST(Config, AnOddHeadDimAndAnotherActivationAreNamed) {
+  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  auto message = [&](const char* key, const json& value) {
+    json c = base;
+    c[key] = value;
+    try {
+      parse_config(c.dump(), "x/config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("head_dim", 15), "x/config.json: head_dim must be even for rotary embeddings, got 15");
+  EXPECT_EQ(message("hidden_act", "gelu"), "x/config.json: hidden_act must be \"silu\"");
 }
 
 // Token ids are ints: a larger one once wrapped (2^32 + 2 -> 2, a real token that

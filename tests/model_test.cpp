@@ -11,6 +11,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "model/bf16.h"
 #include "model/qwen3.h"
 #include "scoped_threads.h"
 #include "sample/sampler.h"
@@ -153,6 +154,28 @@ TEST(Model, F32AndBf16ViewsAreZeroCopy) {
   EXPECT_EQ(f.weights.layers[0].q_proj.dtype, DType::F32);
 }
 
+// --weights bf16 on an F32 checkpoint: every matrix is narrowed once at load, each
+// element rounded to nearest even (f32_to_bf16), into memory of the model's own.
+TEST(Model, F32NarrowedToBf16AtLoad) {
+  const Model m = load_model(test::tiny_model("tiny-untied"), WeightFormat::BF16);
+  const auto& file = m.weights.checkpoint->tensors();
+  const LayerWeights& l = m.weights.layers[1];
+  const std::vector<std::pair<const Matrix*, std::string>> matrices = {
+      {&m.weights.embed, "model.embed_tokens.weight"},   {&m.weights.lm_head, "lm_head.weight"},
+      {&l.q_proj, "model.layers.1.self_attn.q_proj.weight"}, {&l.down_proj, "model.layers.1.mlp.down_proj.weight"}};
+  for (const auto& [mat, name] : matrices) {
+    const TensorView& t = file.at(name);
+    ASSERT_EQ(t.dtype, DType::F32) << name;
+    EXPECT_EQ(mat->dtype, DType::BF16) << name;
+    EXPECT_NE(mat->data, t.data) << name << ": a copy, not a view of the F32 file";
+    const auto* got = static_cast<const uint16_t*>(mat->data);
+    const auto* f32 = reinterpret_cast<const float*>(t.data);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) differ += got[i] != f32_to_bf16(f32[i]);
+    EXPECT_EQ(differ, 0) << name;
+  }
+}
+
 // Logits of a prompt and 20 decode steps, through a paged cache of the given block size.
 std::vector<float> run_paged(const Model& m, int block_size, AttentionPath path) {
   const std::vector<int> prompt = {5, 77, 300, 12, 9, 150, 42, 8, 8, 200, 31};
@@ -224,6 +247,25 @@ TEST(PagedModel, RefusesBadTokensAndAFullPoolWithoutChangingAnything) {
   EXPECT_EQ(p.cache.sequence(p.seq).live, 0);
   EXPECT_EQ(p.cache.pool().num_free(), 2);
   EXPECT_NO_THROW(forward(m, p.cache, p.kv, p.seq, s, five.data(), 4));
+}
+
+// RoPE is defined up to max_position_embeddings: a token past it is refused, and
+// the cache is left as it was.
+TEST(PagedModel, RefusesAPositionPastMaxPositionEmbeddings) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  m.config.max_position_embeddings = 6;
+  Paged p(m.config, 16, 4);
+  RunState s;
+  const std::vector<int> tokens = {5, 77, 300, 12, 9, 150, 42};
+  EXPECT_NO_THROW(forward(m, p.cache, p.kv, p.seq, s, tokens.data(), 6));  // positions 0-5
+  try {
+    forward(m, p.cache, p.kv, p.seq, s, &tokens[6], 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "forward: position 6 is past the model's max_position_embeddings (6)");
+  }
+  EXPECT_EQ(p.cache.sequence(p.seq).next_pos, 6);
+  EXPECT_EQ(p.cache.sequence(p.seq).live, 6);
 }
 
 TEST(PagedModel, TwoSequencesShareOnePoolWithoutInterfering) {
