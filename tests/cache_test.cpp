@@ -847,6 +847,35 @@ TEST_F(TraceErrors, UnsupportedVersionAndBadHeader) {
   b.replace(b.find("events="), 7, "evxnts=");
   expect_read_error(b, "header has no events=");
   expect_read_error("kvscope-trace 1 block_size=4", "no end");
+  b = bytes_;
+  b.insert(b.find(' '), "s");  // the first word starts like the magic but is longer
+  expect_read_error(b, "not a kvscope trace (bad magic");
+  b = bytes_;
+  b.insert(b.find('\n'), " loose");
+  expect_read_error(b, "header item \"loose\" is not key=value");
+  b = bytes_;
+  b.insert(b.find('\n'), " a/b=1");  // a key is a plain word, as write_trace requires
+  expect_read_error(b, "header item \"a/b=1\" is not key=value");
+  b = bytes_;
+  b.insert(b.find('\n'), " note=50%");  // a value's '%' is written %25
+  expect_read_error(b, "bad %-escape in header value \"50%\"");
+}
+
+// Metadata keys share the header with the reader's own: a key that would be read
+// as one of them, or would not read back as one word, is refused before writing.
+TEST(Trace, MetadataKeysMustBePlainWordsOfTheirOwn) {
+  const std::string path = trace_path("meta");
+  Trace t = small_run();
+  for (const char* key : {"events", "strategy", "two words", "", "a=b"}) {
+    t.header.meta = {{key, "1"}};
+    expect_error([&] { write_trace(path, t.header, t.events); },
+                 path + ": trace metadata key \"" + std::string(key) +
+                     "\" must be a plain word other than block_size, num_blocks, strategy, events");
+  }
+  t.header.meta = {{"note", "50% = 1/2"}};  // any value: escaped
+  write_trace(path, t.header, t.events);
+  EXPECT_EQ(read_trace(path).header.meta.at("note"), "50% = 1/2");
+  std::remove(path.c_str());
 }
 
 // A few bytes must not make the reader or the replay ask for gigabytes (found by
@@ -901,6 +930,7 @@ TEST_F(TraceErrors, UnknownKindAndOutOfRange) {
   expect_read_error(with(0, 10, 6), "event 0 (block_allocated): block 6 out of range [0, 6)");  // block field
   expect_read_error(with(1, 2, 4), "event 1 (slot_written): slot 4 out of range [0, 4)");       // slot field
   expect_read_error(with(1, 4, 0), "source slot -256 out of range");  // 0xFF00: a from_slot on a write
+  expect_read_error(with(1, 14, 0), "event 1 (slot_written): source block -256 out of range");  // from_block
   expect_read_error(with(2, 1, 1), "reserved byte is not 0");
   // pos (offset 18, 8 bytes): a position on a token event, -1 on a block event.
   expect_read_error(with(1, 25, 0x80), "event 1 (slot_written): position -92");  // top byte: negative
