@@ -370,6 +370,39 @@ TEST(SimulateCommand, BadFlagsAreOneLineErrors) {
   expect_one_line_error("simulate --tokens 100 --evict 0.004", "simulate: --evict 0.004 of 100 tokens rounds to none");
 }
 
+// One-shot down to a budget instead of a fraction: the setup line says how many
+// tokens the round keeps, and the law takes f from them (1 - 1000/4000 = 0.75).
+TEST(SimulateCommand, OneShotDownToABudgetSaysWhatItKeeps) {
+  const ProgramRun r = run_kvscope("simulate --tokens 4000 --budget 1000 --mode one-shot --strategy holes");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\none-shot: random policy keeps 1,000 tokens in one round; workload uniform\n"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(row_percentages(r.output, "tokens evicted"), std::vector<double>{75.0}) << r.output;
+  EXPECT_NE(r.output.find("expected (0.75)^16 = 1.0% of blocks freed"), std::string::npos) << r.output;
+}
+
+// A workload other than uniform gives each token an importance; the table then
+// says what share of it the survivors hold.
+TEST(SimulateCommand, AWorkloadOfImportanceAddsWhatWasKept) {
+  const ProgramRun uniform = run_kvscope("simulate --tokens 2000 --strategy holes");
+  ASSERT_EQ(uniform.code, 0) << uniform.output;
+  EXPECT_EQ(uniform.output.find("importance kept"), std::string::npos) << uniform.output;
+  const ProgramRun r =
+      run_kvscope("simulate --tokens 2000 --workload heavy-tailed --policy importance --strategy holes");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<double> kept = row_percentages(r.output, "importance kept");
+  ASSERT_EQ(kept.size(), 1u) << r.output;
+  EXPECT_GT(kept[0], 12.5) << "the most important 12.5% of the tokens hold more than 12.5% of the importance";
+  EXPECT_LE(kept[0], 100.0);
+}
+
+TEST(SimulateCommand, AStrategyOrAProtectionItCannotRunIsNamed) {
+  expect_one_line_error("simulate --strategy squash",
+                        "--strategy must be all, holes, reuse or compact, got \"squash\"");
+  expect_one_line_error("simulate --tokens 100 --evict 0.99 --sinks 4",
+                        "simulate: keeping 1 token cannot hold the protected 4 sinks + 0 recent");
+}
+
 // The boundary of that refusal: a round starts when budget + slack = 640 tokens are
 // live, so 640 written tokens make one round and 639 none.
 TEST(SimulateCommand, ARoundAtTheLastTokenRuns) {

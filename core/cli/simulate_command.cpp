@@ -199,8 +199,8 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
     std::printf("streaming: one token at a time, %s policy prunes to %d whenever %d are live; workload %s\n",
                 c.policy.c_str(), c.schedule.budget, c.schedule.round_starts_at(), c.workload.c_str());
   else if (c.schedule.budget > 0)
-    std::printf("one-shot: %s policy keeps %s in one round; workload %s\n", c.policy.c_str(),
-                plural(c.schedule.budget, "token").c_str(), c.workload.c_str());
+    std::printf("one-shot: %s policy keeps %s token%s in one round; workload %s\n", c.policy.c_str(),
+                commas(c.schedule.budget).c_str(), c.schedule.budget == 1 ? "" : "s", c.workload.c_str());
   else
     std::printf("one-shot: %s policy evicts %s of the tokens (%s of %s) in one round; workload %s\n",
                 c.policy.c_str(), percent(c.evict_fraction).c_str(), commas(c.tokens - one_shot_keep(c)).c_str(),
