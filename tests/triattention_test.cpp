@@ -482,6 +482,28 @@ TEST(TriAttention, LoadErrorsNameTheFile) {
   write_text(shorter, j.dump());
   expect_error([&] { TriCalibration::load(shorter); }, shorter, "smaller than |qbar|");
 
+  j = nlohmann::json::parse(text);
+  j["version"] = 2;  // a later format: refused, not read as this one
+  const std::string later = temp_file("later.json");
+  write_text(later, j.dump());
+  expect_error([&] { TriCalibration::load(later); }, later,
+               "calibration version 2 is not supported (this kvscope reads version 1)");
+
+  j = nlohmann::json::parse(text);
+  j["qbar_re"].erase(1);
+  const std::string layers = temp_file("layers.json");
+  write_text(layers, j.dump());
+  expect_error([&] { TriCalibration::load(layers); }, layers,
+               "qbar_re must be a list of 2 layers (model.num_layers), it has 1");
+
+  // A shape whose arrays could not fit in the file is refused before they are allocated.
+  j = nlohmann::json::parse(text);
+  j["model"]["num_layers"] = 1000000;
+  const std::string vast = temp_file("vast.json");
+  write_text(vast, j.dump());
+  expect_error([&] { TriCalibration::load(vast); }, vast,
+               "model.num_layers x num_heads x head_dim/2 = 64000000 numbers per array, more than the file holds");
+
   const std::string missing = temp_file("missing.json");
   EXPECT_THROW(TriCalibration::load(missing), Error);
 
@@ -490,6 +512,10 @@ TEST(TriAttention, LoadErrorsNameTheFile) {
   broken.qbar_re[5] = NAN;
   const std::string nan_out = temp_file("nan_out.json");
   expect_error([&] { broken.save(nan_out); }, nan_out, "non-finite");
+  EXPECT_FALSE(fs::exists(nan_out));
+  broken = c;
+  broken.num_heads += 1;  // the arrays hold one head fewer than the shape says
+  expect_error([&] { broken.save(nan_out); }, nan_out, "calibration arrays do not match its shape; nothing written");
   EXPECT_FALSE(fs::exists(nan_out));
   const std::string nowhere = temp_file("no/such/folder/cal.json");
   expect_error([&] { c.save(nowhere); }, nowhere, "cannot write: No such file");  // as check_writable says
