@@ -723,7 +723,7 @@ TEST(BadInput, SamplingFlagsUnderGreedyDecodingAreAWarning) {
             0u);
 }
 
-TEST(BadInput, KvMemoryTooSmallForOneBlock) {
+TEST(BadInput, KvMemoryTooSmallForOneBlockOrTooLargeForAPool) {
   // tiny-tied: 2 layers x 16 slots x 64 K and 64 V floats = 16384 bytes a block.
   const ModelConfig c = load_config(test::tiny_model("tiny-tied"));
   EXPECT_EQ(KvStorage::bytes_per_block(c, 16), 16384u);
@@ -731,21 +731,25 @@ TEST(BadInput, KvMemoryTooSmallForOneBlock) {
     blocks_for_budget(c, 16, 16383);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "a KV memory budget of 16383 bytes is smaller than one block (16384 bytes for 16 tokens)");
+    EXPECT_STREQ(e.what(), "a KV memory budget of 16,383 bytes is smaller than one block (16,384 bytes for 16 tokens)");
   }
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.01",
-                        "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
+                        "a KV memory budget of 10,000 bytes is smaller than one block (16,384 bytes for 16 tokens)");
   // MB to whole bytes, rounded: 0.016307 * 1e6 is 16306.99... as a double.
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.016307",
-                        "a KV memory budget of 16307 bytes is smaller than one block (16384 bytes for 16 tokens)");
+                        "a KV memory budget of 16,307 bytes is smaller than one block (16,384 bytes for 16 tokens)");
   expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory: must be 0 or more, not -1");
+  // And more blocks than a pool numbers (block ids are ints), before any memory is asked for.
+  expect_one_line_error(kTiny + "--prompt hi --kv-memory 100000000",
+                        "a KV memory budget of 100,000,000,000,000 bytes is 6,103,515,625 blocks of 16,384 bytes; a "
+                        "pool holds at most 1,073,741,824 (2^30)");
   // Before the weights load (as the README says): a checkpoint cut to 100 bytes is not
   // read. Once its error came first, and a real checkpoint loaded gigabytes to be refused.
   namespace fs = std::filesystem;
   const fs::path dir = tiny_model_copy("kvscope-pool-before-weights");
   fs::resize_file(dir / "model.safetensors", 100);
   expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi --kv-memory 0.01",
-                        "a KV memory budget of 10000 bytes is smaller than one block (16384 bytes for 16 tokens)");
+                        "a KV memory budget of 10,000 bytes is smaller than one block (16,384 bytes for 16 tokens)");
   expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi -n 40 --kv-memory 0.02",
                         "this run feeds 41 tokens (2 prompt + 40 new - 1), more than the pool can hold: ");
 }

@@ -36,11 +36,11 @@ int blocks_for_budget(const ModelConfig& c, int block_size, size_t bytes) {
   const size_t per_block = KvStorage::bytes_per_block(c, block_size);
   const size_t n = bytes / per_block;
   if (n < 1)
-    throw Error("a KV memory budget of " + std::to_string(bytes) + " bytes is smaller than one block (" +
-                std::to_string(per_block) + " bytes for " + plural(block_size, "token") + ")");
+    throw Error("a KV memory budget of " + commas(int64_t(bytes)) + " bytes is smaller than one block (" +
+                commas(int64_t(per_block)) + " bytes for " + plural(block_size, "token") + ")");
   if (n > size_t(1) << 30)
-    throw Error("a KV memory budget of " + std::to_string(bytes) + " bytes is " + std::to_string(n) + " blocks of " +
-                std::to_string(per_block) + " bytes; a pool holds at most 1073741824 (2^30)");
+    throw Error("a KV memory budget of " + commas(int64_t(bytes)) + " bytes is " + commas(int64_t(n)) +
+                " blocks of " + commas(int64_t(per_block)) + " bytes; a pool holds at most 1,073,741,824 (2^30)");
   return int(n);
 }
 
