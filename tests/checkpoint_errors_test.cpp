@@ -159,6 +159,19 @@ TEST_F(BrokenCheckpoint, OffsetsLeaveAGapOrRunBackwards) {
   expect_error(weights(), "data_offsets end before they begin");
 }
 
+// A header entry missing a field, or with offsets that are not two counts, is named
+// with its tensor (the fuzz target only checks that nothing crashes on these).
+TEST_F(BrokenCheckpoint, HeaderEntriesOfTheWrongForm) {
+  edit_weights([](Parts& p) { p.header["model.norm.weight"].erase("dtype"); });
+  expect_error(weights(), "tensor \"model.norm.weight\": header entry needs dtype, shape and data_offsets");
+  make_copy("tiny-tied");
+  edit_weights([](Parts& p) { p.header["model.norm.weight"]["data_offsets"] = {-4, 60}; });
+  expect_error(weights(), "tensor \"model.norm.weight\": data_offsets must be two non-negative integers");
+  make_copy("tiny-tied");
+  edit_weights([](Parts& p) { p.header["model.norm.weight"]["data_offsets"].erase(1); });
+  expect_error(weights(), "tensor \"model.norm.weight\": data_offsets must be two non-negative integers");
+}
+
 TEST_F(BrokenCheckpoint, UnsupportedDtype) {
   edit_weights([](Parts& p) { p.header["model.norm.weight"]["dtype"] = "I8"; });
   expect_error(weights(), "dtype I8");
@@ -265,6 +278,15 @@ TEST_F(BrokenCheckpoint, TokenizerProblemsAreSaidBeforeTheWeightsLoad) {
   const test::ProgramRun missing = test::run_shell(generate);
   EXPECT_EQ(missing.output.rfind("kvscope: error: " + (dir_ / "tokenizer.json").string() + ": ", 0), 0u)
       << missing.output;
+}
+
+TEST_F(BrokenCheckpoint, ShardIndexWithoutAWeightMap) {
+  make_copy("tiny-bf16-sharded");
+  const fs::path index = dir_ / "model.safetensors.index.json";
+  for (const char* text : {"[]", "{\"metadata\": {}}", "{\"weight_map\": [1]}", "{\"weight_map\": "}) {
+    write(index, text);
+    expect_error(index, "expected a JSON object with a \"weight_map\"");
+  }
 }
 
 TEST_F(BrokenCheckpoint, ShardIndexPointsAtWrongFile) {
