@@ -1,4 +1,5 @@
-// Writing an output file whole or not at all (util/file.h write_file_atomically).
+// util/file.h: writing an output file whole or not at all (write_file_atomically), and
+// reading a checkpoint in place (MappedFile).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -74,6 +75,46 @@ TEST(WriteFileAtomically, ADeviceIsWrittenDirectly) {
   EXPECT_TRUE(fs::is_character_file("/dev/full"));
   write_file_atomically("/dev/null", [](std::ostream& out) { out << "bytes"; });
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
+// ---- MappedFile (a checkpoint's bytes, read in place) -----------------------------
+
+// A move hands the mapping over: the moved-from file holds nothing (its destructor
+// must not unmap what the other now reads), and an assignment unmaps what it held.
+TEST(MappedFile, MovingHandsTheMappingOver) {
+  const fs::path dir = fresh_dir("kvscope-mapped-move");
+  write_text(dir / "a", "abc");
+  write_text(dir / "b", "defgh");
+  MappedFile a((dir / "a").string());
+  const unsigned char* bytes = a.data();
+  MappedFile moved(std::move(a));
+  EXPECT_EQ(moved.data(), bytes);
+  EXPECT_EQ(moved.size(), 3u);
+  EXPECT_EQ(a.data(), nullptr);  // reading a moved-from file on purpose: what the move left
+  EXPECT_EQ(a.size(), 0u);
+  MappedFile b((dir / "b").string());
+  b = std::move(moved);
+  EXPECT_EQ(b.data(), bytes);
+  EXPECT_EQ(std::string(b.data(), b.data() + b.size()), "abc");
+  EXPECT_EQ(b.path(), (dir / "a").string());
+  EXPECT_EQ(moved.data(), nullptr);
+}
+
+// Only a regular file is mapped: a device or a folder is refused by name.
+TEST(MappedFile, MapsOnlyARegularFile) {
+  for (const std::string path : {"/dev/null", "/"}) {
+    try {
+      MappedFile m(path);
+      ADD_FAILURE() << path << " was mapped";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), path + ": not a regular file");
+    }
+  }
+  const fs::path dir = fresh_dir("kvscope-mapped-empty");
+  write_text(dir / "empty", "");
+  const MappedFile empty((dir / "empty").string());  // mmap of 0 bytes would fail: nothing is mapped
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.data(), nullptr);
 }
 
 }  // namespace
