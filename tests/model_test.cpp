@@ -154,15 +154,18 @@ TEST(Model, F32AndBf16ViewsAreZeroCopy) {
   EXPECT_EQ(f.weights.layers[0].q_proj.dtype, DType::F32);
 }
 
-// --weights bf16 on an F32 checkpoint: every matrix is narrowed once at load, each
+// --weights bf16 on an F32 checkpoint: the matrices are narrowed once at load, each
 // element rounded to nearest even (f32_to_bf16), into memory of the model's own.
+// Checked here on the embedding, the head and an attention and an MLP matrix.
 TEST(Model, F32NarrowedToBf16AtLoad) {
   const Model m = load_model(test::tiny_model("tiny-untied"), WeightFormat::BF16);
   const auto& file = m.weights.checkpoint->tensors();
   const LayerWeights& l = m.weights.layers[1];
   const std::vector<std::pair<const Matrix*, std::string>> matrices = {
-      {&m.weights.embed, "model.embed_tokens.weight"},   {&m.weights.lm_head, "lm_head.weight"},
-      {&l.q_proj, "model.layers.1.self_attn.q_proj.weight"}, {&l.down_proj, "model.layers.1.mlp.down_proj.weight"}};
+      {&m.weights.embed, "model.embed_tokens.weight"},
+      {&m.weights.lm_head, "lm_head.weight"},
+      {&l.q_proj, "model.layers.1.self_attn.q_proj.weight"},
+      {&l.down_proj, "model.layers.1.mlp.down_proj.weight"}};
   for (const auto& [mat, name] : matrices) {
     const TensorView& t = file.at(name);
     ASSERT_EQ(t.dtype, DType::F32) << name;

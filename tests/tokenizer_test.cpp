@@ -379,7 +379,7 @@ TEST_F(TinyTokenizer, PreTokenizersItCannotRunAreRefused) {
   };
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
       {[](json& s) { s[0]["pattern"]["Regex"] = "(\\p{L}"; },
-       "pre_tokenizer regex does not compile at offset 6: missing closing parenthesis"},
+       "pre_tokenizer regex does not compile at offset"},  // then PCRE2's own words
       {[](json& s) { s[0]["behavior"] = "Removed"; }, "only behavior \"Isolated\" without invert is supported"},
       {[](json& s) { s[0]["invert"] = true; }, "only behavior \"Isolated\" without invert is supported"},
       {[](json& s) { s[1]["add_prefix_space"] = true; }, "ByteLevel: add_prefix_space is not supported"},
