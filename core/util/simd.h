@@ -6,7 +6,9 @@
 
 #if defined(__AVX512F__)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // Clang reads GCC's pragmas too, but has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
