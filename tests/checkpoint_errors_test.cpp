@@ -349,6 +349,19 @@ TEST_F(SuspiciousCheckpoint, NoTorchDtypeIsNoWarning) {
   expect_warning("is BF16 but config.json says torch_dtype \"float32\"");
 }
 
+// tiny-tied's config.json with `key` set to `value`, parsed as "x/config.json": the
+// error must contain `part`.
+void expect_config_error(const char* key, const json& value, const std::string& part) {
+  json c = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  c[key] = value;
+  try {
+    parse_config(c.dump(), "x/config.json");
+    ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
   auto base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
   for (const char* key : {"attention_bias", "use_sliding_window"}) {
@@ -367,19 +380,8 @@ TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
 // What the forward pass cannot compute is refused by name: RoPE rotates pairs of a
 // head's dimensions, and the MLP is SwiGLU (SiLU-gated).
 TEST(Config, AnOddHeadDimAndAnotherActivationAreNamed) {
-  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
-  auto message = [&](const char* key, const json& value) {
-    json c = base;
-    c[key] = value;
-    try {
-      parse_config(c.dump(), "x/config.json");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_EQ(message("head_dim", 15), "x/config.json: head_dim must be even for rotary embeddings, got 15");
-  EXPECT_EQ(message("hidden_act", "gelu"), "x/config.json: hidden_act must be \"silu\"");
+  expect_config_error("head_dim", 15, "x/config.json: head_dim must be even for rotary embeddings, got 15");
+  expect_config_error("hidden_act", "gelu", "x/config.json: hidden_act must be \"silu\"");
 }
 
 // Token ids are ints: a larger one once wrapped (2^32 + 2 -> 2, a real token that
@@ -436,31 +438,20 @@ TEST(Config, FieldsLeftOutTakeHuggingFacesDefaults) {
 // type must be string, but is number". And rms_norm_eps 1e300, a double, became
 // infinity as a float and was accepted (generate then printed control bytes).
 TEST(Config, AFieldOfTheWrongTypeOrSizeIsNamed) {
-  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
-  const auto expect_error = [&](const char* key, const json& value, const std::string& part) {
-    json c = base;
-    c[key] = value;
-    try {
-      parse_config(c.dump(), "x/config.json");
-      ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  };
-  expect_error("model_type", 5, "x/config.json: model_type must be a string, got 5");
-  expect_error("rope_theta", "big", "rope_theta must be a number, got \"big\"");
-  expect_error("rms_norm_eps", true, "rms_norm_eps must be a number, got true");
-  expect_error("tie_word_embeddings", "yes", "tie_word_embeddings must be true or false, got \"yes\"");
-  expect_error("torch_dtype", 16, "torch_dtype must be a string, got 16");
-  expect_error("hidden_act", json::array({"silu"}), "hidden_act must be a string, got [\"silu\"]");
-  expect_error("rms_norm_eps", 1e300, "rms_norm_eps must be a positive number a float holds, got 1e+300");
-  expect_error("rms_norm_eps", 0, "rms_norm_eps must be a positive number a float holds, got 0");
+  expect_config_error("model_type", 5, "x/config.json: model_type must be a string, got 5");
+  expect_config_error("rope_theta", "big", "rope_theta must be a number, got \"big\"");
+  expect_config_error("rms_norm_eps", true, "rms_norm_eps must be a number, got true");
+  expect_config_error("tie_word_embeddings", "yes", "tie_word_embeddings must be true or false, got \"yes\"");
+  expect_config_error("torch_dtype", 16, "torch_dtype must be a string, got 16");
+  expect_config_error("hidden_act", json::array({"silu"}), "hidden_act must be a string, got [\"silu\"]");
+  expect_config_error("rms_norm_eps", 1e300, "rms_norm_eps must be a positive number a float holds, got 1e+300");
+  expect_config_error("rms_norm_eps", 0, "rms_norm_eps must be a positive number a float holds, got 0");
   // RoPE uses float(rope_theta): 1e39 became infinity and left every band but the first
   // unrotated; 1e-50 became 0 and gave NaN angles. Both generated text, exit 0.
-  expect_error("rope_theta", 1e39, "rope_theta must be a positive number a float holds, got 1e+39");
-  expect_error("rope_theta", 1e-50, "rope_theta must be a positive number a float holds, got 1e-50");
-  expect_error("rope_theta", 0, "rope_theta must be a positive number a float holds, got 0");
-  expect_error("rope_theta", -10000, "rope_theta must be a positive number a float holds, got -10000");
+  expect_config_error("rope_theta", 1e39, "rope_theta must be a positive number a float holds, got 1e+39");
+  expect_config_error("rope_theta", 1e-50, "rope_theta must be a positive number a float holds, got 1e-50");
+  expect_config_error("rope_theta", 0, "rope_theta must be a positive number a float holds, got 0");
+  expect_config_error("rope_theta", -10000, "rope_theta must be a positive number a float holds, got -10000");
 }
 
 // Each field may be up to 2^30, but not their products: 2^30 layers of head_dim
