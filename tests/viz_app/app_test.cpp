@@ -1,0 +1,226 @@
+// The App (viz/app.h) as a user drives it, headless: picking a scenario and
+// pressing Record start a recording in the background, the old run stays on
+// screen until the new one is ready, a recording that fails leaves its message;
+// the keys step and play; two traces recorded differently get a summary line each.
+//
+// Each frame is a real ImGui frame (NewFrame, App::frame, Render) with no window
+// and no renderer: ImGui lays out every view and records its draw lists, which
+// nothing draws. The pixels are checked elsewhere (kvscope-viz --verify, under Xvfb).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "app.h"
+#include "cache/trace.h"
+#include "imgui.h"
+#include "sim/synthetic.h"
+#include "util/format.h"
+
+namespace kvscope::viz {
+namespace {
+
+// An ImGui context with its font atlas built, the size of the app's default window.
+class HeadlessApp : public testing::Test {
+ protected:
+  void SetUp() override {
+    ImGui::CreateContext();
+    ImGuiIO& io = ImGui::GetIO();
+    io.IniFilename = nullptr;
+    io.DisplaySize = {1600, 1000};
+    unsigned char* pixels = nullptr;
+    int w = 0, h = 0;
+    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
+    // The keys App::keyboard reads, each mapped to a slot of io.KeysDown (a backend's job).
+    for (ImGuiKey k : {ImGuiKey_Space, ImGuiKey_RightArrow, ImGuiKey_LeftArrow, ImGuiKey_Home, ImGuiKey_End})
+      io.KeyMap[k] = int(k);
+  }
+  void TearDown() override { ImGui::DestroyContext(); }
+
+  // One frame of the window, with `key` held down during it (ImGuiKey_COUNT: none).
+  void frame(ImGuiKey key = ImGuiKey_COUNT, bool shift = false) {
+    ImGuiIO& io = ImGui::GetIO();
+    io.DeltaTime = 1.0f / 60;
+    for (bool& down : io.KeysDown) down = false;
+    if (key != ImGuiKey_COUNT) io.KeysDown[io.KeyMap[key]] = true;
+    io.KeyShift = shift;
+    ImGui::NewFrame();
+    app.frame(io.DeltaTime);
+    ImGui::Render();
+  }
+  // A key pressed and let go: a frame with it down, then one with it up.
+  void press(ImGuiKey key, bool shift = false) {
+    frame(key, shift);
+    frame();
+  }
+  // Waits for the background recording, then draws the frame that adopts it.
+  void finish_recording() {
+    ASSERT_TRUE(app.pending.valid()) << "no recording was started";
+    ASSERT_EQ(app.pending.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+    frame();
+    EXPECT_FALSE(app.pending.valid());
+  }
+
+  App app{ModelSource{}};  // no model: the synthetic scenarios need none
+};
+
+const Scenario& scenario(const char* name) {
+  const Scenario* s = find_scenario(name);
+  if (!s) throw std::runtime_error(std::string("no scenario ") + name);
+  return *s;
+}
+
+TEST_F(HeadlessApp, APickedScenarioRecordsInTheBackgroundWhileTheOldRunStaysOnScreen) {
+  app.load(scenario("blog-1k-random"));
+  app.session->seek(app.session->length());  // the headline counts up to the cursor
+  frame();
+  const std::string old_headline = app.headline();
+  EXPECT_EQ(old_headline, "blog-1k-random: evicted 87.5% \xe2\x80\x94 freed " +
+                              percent(app.session->view(0).counters().blocks_freed_fraction()) +
+                              " (holes) vs 87.5% (compact)");
+
+  const Scenario& next = scenario("streaming-budget");
+  app.load_async(next);
+  // The controls show the picked scenario's settings at once ...
+  EXPECT_EQ(app.edit.policy, "importance");
+  EXPECT_TRUE(app.edit.streaming);
+  // ... and a second pick while it records is ignored, not queued.
+  app.load_async(scenario("clustered-16k"));
+  EXPECT_EQ(app.edit.workload, "sinks-recency");
+  // Until it is done, the old run is what the frames show.
+  frame();
+  EXPECT_EQ(app.headline(), old_headline);
+
+  finish_recording();
+  EXPECT_EQ(app.scenario, "streaming-budget");
+  EXPECT_EQ(app.summary, next.summary);
+  EXPECT_EQ(app.session->speed, next.speed);
+  ASSERT_EQ(app.session->views(), 1);  // this scenario shows compaction alone
+  EXPECT_EQ(app.session->view(0).run().header.strategy, MemoryStrategy::Compact);
+  EXPECT_EQ(app.recording.settings.workload, "sinks-recency");
+  EXPECT_EQ(app.session->cursor(), 0u);  // a new run opens at its start
+  EXPECT_TRUE(app.error.empty());
+  frame();
+  EXPECT_TRUE(app.pools[0].drawn);
+}
+
+TEST_F(HeadlessApp, RecordIsACustomRunThatKeepsThePlaybackSettings) {
+  app.load(scenario("blog-1k-random"));
+  app.session->speed = 777;
+  app.session->animate = false;
+  app.edit.tokens = 2048;
+  app.edit.evict_fraction = 0.5;
+  app.record_async();
+  finish_recording();
+  EXPECT_EQ(app.scenario, "");
+  EXPECT_EQ(app.summary, "custom run");
+  EXPECT_EQ(app.recording.settings.tokens, 2048);
+  EXPECT_EQ(app.session->view(0).counters().written, 0);  // at the start ...
+  app.session->seek(app.session->length());
+  EXPECT_EQ(app.session->view(0).counters().written, 2048);  // ... of the edited run
+  EXPECT_EQ(app.headline().rfind("custom run: evicted 50.0% \xe2\x80\x94 freed ", 0), 0u) << app.headline();
+  // The speed and the animation are the user's, not the run's.
+  EXPECT_EQ(app.session->speed, 777);
+  EXPECT_FALSE(app.session->animate);
+}
+
+TEST_F(HeadlessApp, ARecordingThatFailsLeavesItsMessageAndTheOldRun) {
+  app.load(scenario("blog-1k-random"));
+  app.edit.sequences = 5;
+  app.record_async();
+  finish_recording();
+  EXPECT_EQ(app.error, "sequences must be between 1 and 4");
+  EXPECT_EQ(app.scenario, "blog-1k-random");  // still shown
+  EXPECT_EQ(app.recording.settings.sequences, 1);
+  EXPECT_EQ(app.edit.sequences, 5);  // the controls keep what was typed, to be mended
+
+  // Mended and recorded again: the message goes, the run comes.
+  app.edit.sequences = 1;
+  app.record_async();
+  EXPECT_TRUE(app.error.empty());  // cleared when the next recording starts
+  finish_recording();
+  EXPECT_TRUE(app.error.empty());
+  EXPECT_EQ(app.summary, "custom run");
+}
+
+TEST_F(HeadlessApp, WithNoRunYetTheWindowWaitsThenSaysWhyNone) {
+  app.edit.strategies.clear();
+  app.record_async();
+  frame();  // "recording..." or already the message: either way, no run to draw
+  finish_recording();
+  EXPECT_EQ(app.session, nullptr);
+  EXPECT_EQ(app.error, "choose one or two memory strategies to show");
+  EXPECT_EQ(app.headline(), "kvscope");
+  frame();
+  EXPECT_FALSE(app.pools[0].drawn);
+}
+
+TEST_F(HeadlessApp, TheKeysPlayStepAndJump) {
+  app.load(scenario("blog-1k-random"));
+  Session& s = *app.session;
+  s.animate = false;
+  frame();
+  ASSERT_EQ(s.cursor(), 0u);
+  press(ImGuiKey_RightArrow);
+  EXPECT_EQ(s.cursor(), 1u);  // one event
+  press(ImGuiKey_RightArrow);
+  press(ImGuiKey_LeftArrow);
+  EXPECT_EQ(s.cursor(), 1u);
+  press(ImGuiKey_RightArrow, /*shift=*/true);  // a round: the writing, then the one-shot round
+  EXPECT_GT(s.cursor(), 1024u);
+  press(ImGuiKey_End);
+  EXPECT_EQ(s.cursor(), s.length());
+  press(ImGuiKey_Home);
+  EXPECT_EQ(s.cursor(), 0u);
+  EXPECT_FALSE(s.playing);
+  frame(ImGuiKey_Space);
+  EXPECT_TRUE(s.playing);
+  frame();  // played at the scenario's speed for one frame
+  EXPECT_GT(s.cursor(), 0u);
+  press(ImGuiKey_Space);
+  EXPECT_FALSE(s.playing);
+}
+
+// Two traces, written as `kvscope simulate --trace` writes them: `policy` in the meta.
+std::vector<std::string> write_traces(const std::string& left_policy, const std::string& right_policy) {
+  SimulationConfig c;
+  c.tokens = 200;
+  c.record_events = true;
+  const SimulationResult r = simulate(c);
+  std::vector<std::string> paths;
+  for (const auto& [name, policy, strategy] :
+       {std::tuple{"left.trace", left_policy, MemoryStrategy::HolesOnly},
+        std::tuple{"right.trace", right_policy, MemoryStrategy::Compact}}) {
+    paths.push_back(testing::TempDir() + name);
+    write_trace(paths.back(), {c.block_size, r.blocks_full_cache, strategy, {{"policy", policy}}}, r.events);
+  }
+  return paths;
+}
+
+TEST_F(HeadlessApp, TwoTracesShareASummaryLineOrGetOneEach) {
+  app.edit.budget = 99;  // a trace carries no settings: the controls keep theirs
+  const std::vector<std::string> same = write_traces("random", "random");
+  app.load_traces(same);
+  EXPECT_EQ(app.scenario, "left.trace | right.trace");
+  const std::string events = commas(int64_t(app.session->view(0).size()));
+  EXPECT_EQ(app.summary, "kvscope (unknown source) --trace: policy=random, " + events + " events on the left, " +
+                             events + " on the right");
+  EXPECT_EQ(app.edit.budget, 99);
+  EXPECT_NE(app.recording.note.find("not its own"), std::string::npos);
+  frame();
+  EXPECT_TRUE(app.pools[0].drawn && app.pools[1].drawn);
+
+  const std::vector<std::string> differ = write_traces("random", "h2o");
+  app.load_traces(differ);
+  EXPECT_EQ(app.summary, "left.trace: kvscope (unknown source) --trace: policy=random, " + events + " events\n" +
+                             "right.trace: kvscope (unknown source) --trace: policy=h2o, " + events + " events");
+  for (const std::string& path : differ) std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace kvscope::viz
