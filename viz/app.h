@@ -51,7 +51,7 @@ struct PoolGeometry {
   float block_y(int block) const;           // top edge
   ImVec2 slot_min(int block, int slot) const { return {slot_x(block, slot), block_y(block)}; }
   ImVec2 slot_max(int block, int slot) const { return {slot_x(block, slot + 1), block_y(block) + slot_h}; }
-  bool hit(ImVec2 p, int& block, int& slot) const;
+  bool hit(ImVec2 p, int& block, int& slot) const;  // the slot drawn over p; false between slots
 };
 // The columns that make slots as large as possible in `size`.
 PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size);

@@ -35,11 +35,17 @@ bool PoolGeometry::hit(ImVec2 p, int& block, int& slot) const {
   if (!drawn || p.x < origin.x || p.y < origin.y) return false;
   const int col = int((p.x - origin.x) / block_w);
   const int row = int((p.y - origin.y) / (slot_h + gap_y));
-  if (col >= columns) return false;
-  block = row * columns + col;
-  if (block >= blocks) return false;
-  slot = int((p.x - origin.x - float(col) * block_w) / slot_w);
-  return slot >= 0 && slot < block_size;
+  if (col >= columns || row * columns + col >= blocks) return false;
+  const int b = row * columns + col;
+  if (p.y >= block_y(b) + slot_h) return false;  // the gap under a row of blocks
+  // The slot whose edges [slot_x(s), slot_x(s + 1)) hold p.x. The edges are rounded
+  // down to whole pixels, so a slot can start left of s * slot_w, and the quotient
+  // fall short of it (never past): step forward to the slot drawn there.
+  int s = int((p.x - origin.x - float(col) * block_w) / slot_w);
+  while (s < block_size && p.x >= slot_x(b, s + 1)) ++s;
+  if (s >= block_size) return false;  // the gap right of a block
+  block = b, slot = s;
+  return true;
 }
 
 PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size) {

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "app.h"
+#include "cache/kv_cache.h"  // kEmpty, SlotRef
+#include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "imgui.h"
 #include "sim/synthetic.h"
@@ -73,6 +75,45 @@ const Scenario& scenario(const char* name) {
   const Scenario* s = find_scenario(name);
   if (!s) throw std::runtime_error(std::string("no scenario ") + name);
   return *s;
+}
+
+// The slot under the mouse (the tooltip, the outline, the token lit in every view):
+// each pixel of the pool area names the slot drawn over it, or none between slots.
+// A slot covers the pixels whose centres lie in [slot_min, slot_max), edges as drawn.
+TEST(PoolGeometry, EveryPixelNamesTheSlotDrawnOverIt) {
+  struct Case {
+    int blocks, block_size;
+    ImVec2 size;
+  };
+  // Slots of whole pixels and of fractions (2.6 px wide), one block and a thousand,
+  // rows with a gap under them and rows too thin for one.
+  for (const Case& c : {Case{27, 16, {700, 400}}, Case{64, 8, {517, 333}}, Case{1, 16, {90, 40}},
+                        Case{1000, 16, {640, 300}}, Case{300, 32, {1201, 87}}}) {
+    const ImVec2 origin{10, 20};
+    const PoolGeometry g = layout_pool(c.blocks, c.block_size, origin, c.size);
+    const int w = int(c.size.x), h = int(c.size.y);
+    std::vector<int> drawn(size_t(w) * size_t(h), -1);  // [y * w + x] block * block_size + slot, or -1
+    for (int b = 0; b < c.blocks; ++b)
+      for (int s = 0; s < c.block_size; ++s) {
+        const ImVec2 lo = g.slot_min(b, s), hi = g.slot_max(b, s);
+        for (int y = int(lo.y - origin.y); y < h && origin.y + float(y) + 0.5f < hi.y; ++y)
+          for (int x = int(lo.x - origin.x); x < w && origin.x + float(x) + 0.5f < hi.x; ++x)
+            if (origin.x + float(x) + 0.5f >= lo.x && origin.y + float(y) + 0.5f >= lo.y)
+              drawn[size_t(y) * size_t(w) + size_t(x)] = b * c.block_size + s;
+      }
+    int wrong = 0;
+    std::string first;
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        int block = -1, slot = -1;
+        const bool hit = g.hit({origin.x + float(x) + 0.5f, origin.y + float(y) + 0.5f}, block, slot);
+        const int named = hit ? block * c.block_size + slot : -1;
+        if (named != drawn[size_t(y) * size_t(w) + size_t(x)] && wrong++ == 0)
+          first = "pixel (" + std::to_string(x) + ", " + std::to_string(y) + ") is drawn as " +
+                  std::to_string(drawn[size_t(y) * size_t(w) + size_t(x)]) + " but named " + std::to_string(named);
+      }
+    EXPECT_EQ(wrong, 0) << c.blocks << " blocks in " << w << "x" << h << ": " << first;
+  }
 }
 
 TEST_F(HeadlessApp, APickedScenarioRecordsInTheBackgroundWhileTheOldRunStaysOnScreen) {
@@ -184,6 +225,42 @@ TEST_F(HeadlessApp, TheKeysPlayStepAndJump) {
   EXPECT_GT(s.cursor(), 0u);
   press(ImGuiKey_Space);
   EXPECT_FALSE(s.playing);
+}
+
+// The mouse on a slot of one view names its token; the next frame, that token is
+// the one every view lights up (App::hovered), and the other view finds it too.
+TEST_F(HeadlessApp, TheMouseOnASlotNamesItsTokenInEveryView) {
+  app.load(scenario("blog-1k-random"));
+  app.session->seek(app.session->length());
+  frame();
+  const Occupancy& holes = app.session->view(0).occupancy();
+  int block = 0, slot = 0;  // the last live token of the holes view: far from the pool's first slot
+  for (int b = 0; b < holes.num_blocks(); ++b)
+    for (int k = 0; k < holes.block_size(); ++k)
+      if (holes.owner(b) >= 0 && holes.position(b, k) != kEmpty) block = b, slot = k;
+  const int64_t pos = holes.position(block, slot);
+  ASSERT_GT(pos, 0);
+  const ImVec2 lo = app.pools[0].slot_min(block, slot);
+  ImGui::GetIO().MousePos = {lo.x + 1, lo.y + 1};  // the slot's first pixels
+  frame();
+  EXPECT_EQ(app.hover.view, 0);
+  EXPECT_EQ(app.hover.block, block);
+  EXPECT_EQ(app.hover.slot, slot);
+  EXPECT_EQ(app.hover.seq, 0);
+  EXPECT_EQ(app.hover.pos, pos);
+  frame();
+  EXPECT_EQ(app.hovered.pos, pos);
+  const SlotRef there = app.session->view(1).locate(0, pos);  // compacted: another slot, same token
+  ASSERT_GE(there.block, 0);
+  const ImVec2 lo1 = app.pools[1].slot_min(there.block, there.slot);
+  ImGui::GetIO().MousePos = {lo1.x + 1, lo1.y + 1};
+  frame();
+  EXPECT_EQ(app.hover.view, 1);
+  EXPECT_EQ(app.hover.pos, pos);
+  ImGui::GetIO().MousePos = {-1, -1};  // off the pools: nothing
+  frame();
+  EXPECT_FALSE(app.hover.token());
+  EXPECT_EQ(app.hover.view, -1);
 }
 
 // Two traces, written as `kvscope simulate --trace` writes them: `policy` in the meta.
