@@ -91,6 +91,7 @@ void App::adopt(Recorded r) {
   recording = std::move(r.recording);
   edit = recording.settings;
   hover = hovered = {};
+  header_reserve = 0;  // the new run's headers
   error.clear();
 }
 

@@ -117,7 +117,9 @@ class App {
     bool following = false;  // text view drawn while playing
     float newest_top = 0, newest_bottom = 0, view_top = 0, view_bottom = 0;
   } strip;
-  float header_heights[2] = {0, 0};  // each pool's header, last frame: both pools start level
+  // The pools' headers: the tallest drawn since the run was shown at this view width
+  // (pixels); both pools start that far down, and stay put as the numbers grow.
+  float header_reserve = 0, header_width = 0;
   Unit step_unit = Unit::Event;
   ImFont* title_font = nullptr;
 

@@ -129,13 +129,16 @@ void header(const Timeline& t, const Session& s, int view, float width) {
                      commas(c.full_cache_blocks) + " freed",
                  right);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  const std::string phase = s.phase(view);
   const std::string moved =
       c.moved ? "moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + (c.moved == 1 ? " slot)" : " slots)")
               : "no bytes moved";
-  text_wrapped(phase + "  |  a pool of " + commas(t.occupancy().num_blocks()) + " blocks of " +
+  text_wrapped("a pool of " + commas(t.occupancy().num_blocks()) + " blocks of " +
                    plural(t.occupancy().block_size(), "slot") + "  |  " + nowrap(moved),
                right);
+  // The phase changes as the run plays ("writing tokens", "round 1: compacting,
+  // survivors slide forward"): on a line of its own, its length cannot wrap the
+  // line above and move the pool below.
+  text_wrapped(s.phase(view), right);
   ImGui::PopStyleColor();
 }
 
@@ -290,11 +293,13 @@ void draw_pool(App& app, int view, ImVec2 size) {
   ImGui::BeginGroup();
   const float top = ImGui::GetCursorScreenPos().y;
   header(t, s, view, size.x);
-  // A header that wrapped onto a third line would put this pool lower than the other:
-  // pad to the taller header of the last frame.
-  app.header_heights[view] = ImGui::GetCursorScreenPos().y - top;
-  const float tallest = std::max(app.header_heights[0], s.views() > 1 ? app.header_heights[1] : 0.0f);
-  const float pad = tallest - app.header_heights[view] - ImGui::GetStyle().ItemSpacing.y;  // a Dummy adds the spacing
+  // Both pools start below the tallest header either view has drawn since the run
+  // was shown at this width: one header wrapping onto another line (a number grown
+  // longer) neither puts its pool lower than the other nor moves the blocks mid-run.
+  const float height = ImGui::GetCursorScreenPos().y - top;
+  if (app.header_width != size.x) app.header_width = size.x, app.header_reserve = 0;
+  app.header_reserve = std::max(app.header_reserve, height);
+  const float pad = app.header_reserve - height - ImGui::GetStyle().ItemSpacing.y;  // a Dummy adds the spacing
   if (pad > 0) ImGui::Dummy({1, pad});
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(20.0f, size.y - (origin.y - top))};
