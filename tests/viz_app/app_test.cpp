@@ -383,13 +383,18 @@ std::vector<std::string> write_traces(const std::string& left_policy, const std:
                       {"right.trace", right_policy, MemoryStrategy::Compact});
 }
 
+// Two traces of one strategy, the right one's name long enough to wrap its view's title.
+std::vector<std::string> write_a_long_named_pair() {
+  return write_traces({"a.trace", "random", MemoryStrategy::Compact},
+                      {"a-trace-whose-name-is-long-enough-to-wrap-the-title-line.trace", "random",
+                       MemoryStrategy::Compact});
+}
+
 // Two views of one strategy are titled by their files' names; a long one wraps its
 // header onto more lines, and both pools still start level (from the second frame:
 // the left is drawn before the right's header is measured).
 TEST_F(HeadlessApp, BothPoolsStartLevelWhenOneHeaderIsTaller) {
-  const std::vector<std::string> paths =
-      write_traces({"a.trace", "random", MemoryStrategy::Compact},
-                   {"a-trace-whose-name-is-long-enough-to-wrap-the-title-line.trace", "random", MemoryStrategy::Compact});
+  const std::vector<std::string> paths = write_a_long_named_pair();
   app.load_traces(paths);
   frame();
   frame();
@@ -415,9 +420,7 @@ TEST_F(HeadlessApp, TheHeadersRoomIsMeasuredAgainForANewRunOrWidth) {
   ImGui::GetIO().DisplaySize = {1600, 1000};
   EXPECT_EQ(pool_top(), wide);
 
-  const std::vector<std::string> paths =
-      write_traces({"a.trace", "random", MemoryStrategy::Compact},
-                   {"a-trace-whose-name-is-long-enough-to-wrap-the-title-line.trace", "random", MemoryStrategy::Compact});
+  const std::vector<std::string> paths = write_a_long_named_pair();
   app.load_traces(paths);
   EXPECT_GT(pool_top(), wide);
   app.load(scenario("blog-1k-random"));
