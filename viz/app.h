@@ -56,6 +56,11 @@ struct PoolGeometry {
 // The columns that make slots as large as possible in `size`.
 PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size);
 
+// The narrowest a pool view is drawn beside another (pixels): its header's first
+// line ("compaction  1,000 blocks in use (32.8 MB)") does not break. Narrower, the
+// two views are drawn one above the other.
+constexpr float kMinViewWidth = 260;
+
 class App {
  public:
   explicit App(ModelSource model);

@@ -267,15 +267,22 @@ TEST_F(HeadlessApp, TheMouseOnASlotNamesItsTokenInEveryView) {
   EXPECT_EQ(app.hover.view, -1);
 }
 
+// Where a view's blocks are: its pool's place and shape on screen.
+std::string where(const PoolGeometry& g) {
+  return "at (" + std::to_string(g.origin.x) + ", " + std::to_string(g.origin.y) + "), " + std::to_string(g.columns) +
+         " columns of " + std::to_string(g.slot_w) + "x" + std::to_string(g.slot_h) + " slots";
+}
+
 // Every scenario, at its start, a quarter in, mid-slide, at its end and playing, with
-// the mouse on a slot (its tooltip), in a large window and a narrow one: each frame
-// completes (Dear ImGui asserts on a push without its pop, or an item outside a
-// window), and each pool view is drawn whole inside the window, the views side by side.
+// the mouse on a slot (its tooltip), in a large window, a narrow one and one narrower
+// still (the views one above the other): each frame completes (Dear ImGui asserts on
+// a push without its pop, or an item outside a window), and each pool view is drawn
+// whole inside the window, beside or below the other, not over it.
 // The model scenarios run the bundled model (words in the sequence strip); without it,
 // their synthetic stand-in.
 TEST_F(HeadlessApp, EveryScenarioIsDrawnInsideTheWindowAtEveryStage) {
   app.model.dir = bundled_model_dir();
-  for (const ImVec2 window : {ImVec2{1600, 1000}, ImVec2{1024, 700}}) {
+  for (const ImVec2 window : {ImVec2{1600, 1000}, ImVec2{1024, 700}, ImVec2{800, 600}}) {
     ImGui::GetIO().DisplaySize = window;
     for (const Scenario& sc : scenarios()) {
       if (sc.name == "triattention-model") continue;  // needs a calibration file; its refusal is tested elsewhere
@@ -284,7 +291,10 @@ TEST_F(HeadlessApp, EveryScenarioIsDrawnInsideTheWindowAtEveryStage) {
       Session& s = *app.session;
       const auto check = [&](const char* stage) {
         SCOPED_TRACE(stage);
-        frame();  // lays the views out for this stage (a header of more lines moves the pools down)
+        // Two frames: a header that grew a line (numbers grown longer, in a narrow view)
+        // moves the pools down from the next frame.
+        frame();
+        frame();
         const Occupancy& occ = s.view(0).occupancy();
         int block = -1, slot = -1;  // the mouse on a live slot, when there is one
         for (int b = 0; b < occ.num_blocks() && block < 0; ++b)
@@ -292,17 +302,17 @@ TEST_F(HeadlessApp, EveryScenarioIsDrawnInsideTheWindowAtEveryStage) {
             if (occ.owner(b) >= 0 && occ.position(b, k) != kEmpty) block = b, slot = k;
         ImGui::GetIO().MousePos = block >= 0 ? app.pools[0].slot_min(block, slot) : ImVec2{-1, -1};
         frame();
-        float left = 0;
+        ImVec2 before{0, 0};  // the previous view's right and bottom edges
         for (int v = 0; v < s.views(); ++v) {
           const PoolGeometry& g = app.pools[v];
           ASSERT_TRUE(g.drawn);
           const int last_in_row = std::min(g.blocks, g.columns) - 1;
           const float right = g.slot_max(last_in_row, g.block_size - 1).x;
           const float bottom = g.slot_max(g.blocks - 1, 0).y;
-          EXPECT_GE(g.origin.x, left) << "view " << v << " overlaps the one before it";
+          EXPECT_TRUE(g.origin.x >= before.x || g.origin.y >= before.y) << "view " << v << " overlaps the one before it";
           EXPECT_LE(right, window.x) << "view " << v;
           EXPECT_LE(bottom, window.y) << "view " << v;
-          left = right;
+          before = {right, bottom};
         }
         if (block >= 0) {
           EXPECT_EQ(app.hover.block, block);
@@ -325,10 +335,24 @@ TEST_F(HeadlessApp, EveryScenarioIsDrawnInsideTheWindowAtEveryStage) {
   }
 }
 
-// Where a view's blocks are: its pool's place and shape on screen.
-std::string where(const PoolGeometry& g) {
-  return "at (" + std::to_string(g.origin.x) + ", " + std::to_string(g.origin.y) + "), " + std::to_string(g.columns) +
-         " columns of " + std::to_string(g.slot_w) + "x" + std::to_string(g.slot_h) + " slots";
+// Two views sit side by side while each gets kMinViewWidth, one above the other in a
+// narrower window: at 800 pixels wide, side by side, the right one fell off the window.
+TEST_F(HeadlessApp, ANarrowWindowStacksTheViews) {
+  app.load(scenario("blog-1k-random"));
+  for (const float width : {1024.0f, 800.0f}) {
+    ImGui::GetIO().DisplaySize = {width, 700};
+    frame();
+    frame();
+    const PoolGeometry &left = app.pools[0], &right = app.pools[1];
+    const float view_width = right.origin.x - left.origin.x;  // side by side: a view and the gap
+    if (width == 1024) {
+      EXPECT_EQ(right.origin.y, left.origin.y);
+      EXPECT_GE(view_width - 14, kMinViewWidth);
+    } else {
+      EXPECT_EQ(right.origin.x, left.origin.x);
+      EXPECT_GT(right.origin.y, left.slot_max(left.blocks - 1, 0).y);
+    }
+  }
 }
 
 // Playing a run, the blocks stay where they are: a header that wraps onto another
