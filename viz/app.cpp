@@ -74,9 +74,9 @@ void App::record_async() {
   pending_scenario.reset();
   const RunSettings settings = edit;
   const ModelSource source = model;
-  pending = std::async(std::launch::async, [settings, source] {
+  pending = std::async(std::launch::async, [settings, source, recorder = recorder] {
     Recorded r;
-    r.recording = record(settings, source);
+    r.recording = recorder(settings, source);
     r.session = std::make_unique<Session>(r.recording.runs);
     return r;
   });

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -111,6 +112,9 @@ class App {
     std::unique_ptr<Session> session;
   };
   std::future<Recorded> pending;
+  // What records in the background: record() (scenarios.h). The tests put one here
+  // that waits for their word, to see the frames drawn while a recording runs.
+  std::function<Recording(const RunSettings&, const ModelSource&)> recorder = record;
   std::optional<Scenario> pending_scenario;  // what `pending` records, when a scenario
   std::string error;      // the last recording's failure, shown until the next one
   Hover hover, hovered;   // this frame's, the last frame's

@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -45,8 +48,38 @@ class HeadlessApp : public testing::Test {
     // The keys App::keyboard reads, each mapped to a slot of io.KeysDown (a backend's job).
     for (ImGuiKey k : {ImGuiKey_Space, ImGuiKey_RightArrow, ImGuiKey_LeftArrow, ImGuiKey_Home, ImGuiKey_End})
       io.KeyMap[k] = int(k);
+    app.recorder = [gate = gate](const RunSettings& settings, const ModelSource& model) {
+      gate->pass();
+      return record(settings, model);
+    };
   }
-  void TearDown() override { ImGui::DestroyContext(); }
+  void TearDown() override {
+    gate->open_all();  // a recording a failed test left waiting ends (App's future waits for it)
+    ImGui::DestroyContext();
+  }
+
+  // The background recordings wait at this gate until finish_recording() lets the next
+  // one through: a test sees the frames drawn while a recording runs, on a machine
+  // of any speed.
+  struct Gate {
+    std::mutex m;
+    std::condition_variable cv;
+    int started = 0, opened = 0;
+    void pass() {
+      std::unique_lock<std::mutex> lock(m);
+      const int ticket = started++;
+      cv.wait(lock, [&] { return opened > ticket; });
+    }
+    void open(int n = 1) {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        opened += n;
+      }
+      cv.notify_all();
+    }
+    void open_all() { open(1 << 20); }
+  };
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
 
   // One frame of the window, with `key` held down during it (ImGuiKey_COUNT: none).
   void frame(ImGuiKey key = ImGuiKey_COUNT, bool shift = false) {
@@ -64,9 +97,10 @@ class HeadlessApp : public testing::Test {
     frame(key, shift);
     frame();
   }
-  // Waits for the background recording, then draws the frame that adopts it.
+  // Lets the background recording run, waits for it, then draws the frame that adopts it.
   void finish_recording() {
     ASSERT_TRUE(app.pending.valid()) << "no recording was started";
+    gate->open();
     ASSERT_EQ(app.pending.wait_for(std::chrono::seconds(120)), std::future_status::ready);
     frame();
     EXPECT_FALSE(app.pending.valid());
@@ -196,7 +230,8 @@ TEST_F(HeadlessApp, ARecordingThatFailsLeavesItsMessageAndTheOldRun) {
 TEST_F(HeadlessApp, WithNoRunYetTheWindowWaitsThenSaysWhyNone) {
   app.edit.strategies.clear();
   app.record_async();
-  frame();  // "recording..." or already the message: either way, no run to draw
+  frame();  // "recording...": no run to draw
+  EXPECT_FALSE(app.pools[0].drawn);
   finish_recording();
   EXPECT_EQ(app.session, nullptr);
   EXPECT_EQ(app.error, "choose one or two memory strategies to show");
