@@ -108,8 +108,8 @@ std::string nowrap(const std::string& text) {
   return out;
 }
 
-// Two lines of numbers, wrapped at `width` so that a narrow window does not push the
-// next view off the screen.
+// Two lines of numbers and the phase, wrapped at `width` so that a narrow window does
+// not push the next view off the screen.
 void header(const Timeline& t, const Session& s, int view, float width) {
   const float right = ImGui::GetCursorPosX() + width;
   const Counters& c = t.counters();
@@ -126,7 +126,7 @@ void header(const Timeline& t, const Session& s, int view, float width) {
     text_wrapped(" " + in_use + "  |  every sequence released", right);
   else
     text_wrapped(" " + in_use + "  |  " + percent(c.blocks_freed_fraction()) + " of the full cache's " +
-                     commas(c.full_cache_blocks) + " freed",
+                     nowrap(commas(c.full_cache_blocks) + " freed"),  // not "18" on one line, "freed" the next
                  right);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const std::string moved =
