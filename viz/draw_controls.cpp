@@ -400,10 +400,15 @@ void draw_transport(App& app, float width) {
   same_line_if_fits(ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize("animate").x);
   ImGui::Checkbox("animate", &s.animate);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("pause between phases and slide the compaction moves");
-  const std::string where = s.phase(s.primary()) + "  |  event " + commas(int64_t(s.cursor())) + " of " +
-                            commas(int64_t(s.length()));
-  same_line_if_fits(ImGui::CalcTextSize(where.c_str()).x);
-  ImGui::TextDisabled("%s", where.c_str());
+  // Where the run is. It goes beside the buttons only if the widest it gets in this run
+  // fits there (the slide's phase, the last round, the last event): as the phase
+  // changes it would otherwise hop between this line and the next, moving the pools.
+  const auto where_at = [&](const std::string& phase, size_t event) {
+    return phase + "  |  event " + commas(int64_t(event)) + " of " + commas(int64_t(s.length()));
+  };
+  const int rounds = int(s.primary_view().round_end_events().size());
+  same_line_if_fits(ImGui::CalcTextSize(where_at(Session::slide_phase(rounds), s.length()).c_str()).x);
+  ImGui::TextDisabled("%s", where_at(s.phase(s.primary()), s.cursor()).c_str());
   if (ImGui::IsItemHovered() && s.views() > 1)
     ImGui::SetTooltip("events of the %s run (the one that moves tokens drives the clock), every kind:\n"
                       "writes, evictions, moves, blocks taken and given back, round ends.\n"

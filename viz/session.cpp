@@ -117,9 +117,13 @@ void Session::finish_slide() {
   follow();
 }
 
+std::string Session::slide_phase(int round) {
+  return "round " + std::to_string(round) + ": compacting, survivors slide forward";
+}
+
 std::string Session::phase(int i) const {
   const Timeline& t = views_[size_t(i)];
-  if (slide_.view == i) return "round " + std::to_string(t.round_number()) + ": compacting, survivors slide forward";
+  if (slide_.view == i) return slide_phase(t.round_number());
   return t.phase();
 }
 

@@ -86,6 +86,8 @@ class Session {
   const Slide* slide() const { return slide_.view >= 0 ? &slide_ : nullptr; }
   // What view i is doing, in words: its Timeline::phase(), or the slide.
   std::string phase(int i) const;
+  // The phase while round `round`'s survivors slide: the longest phase there is.
+  static std::string slide_phase(int round);
   float slide_progress() const;  // eased 0 .. 1
   bool pausing() const { return pause_left_ > 0; }
   // The events of view i that just happened (to flash): [flash_from(i), cursor).

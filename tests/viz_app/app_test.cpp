@@ -390,12 +390,13 @@ TEST_F(HeadlessApp, ANarrowWindowStacksTheViews) {
   }
 }
 
-// Playing a run, the blocks stay where they are: a header that wraps onto another
-// line (a longer phase, "round 1: compacting, survivors slide forward", or a larger
-// number) once moved the pools down a line and could reflow their columns, just as
-// the survivors began to slide.
+// Playing a run, the blocks stay where they are. A longer phase ("round 1: compacting,
+// survivors slide forward") once wrapped a pool's header onto another line just as
+// the survivors began to slide, which moved that pool down and could reflow its
+// columns; and at 1280x720 the transport bar's "where" text hopped between the
+// buttons' line and its own as the phase changed, moving both pools.
 TEST_F(HeadlessApp, ThePoolsStayPutWhileTheRunPlays) {
-  for (const ImVec2 window : {ImVec2{1600, 1000}, ImVec2{1024, 700}}) {
+  for (const ImVec2 window : {ImVec2{1600, 1000}, ImVec2{1280, 720}, ImVec2{1024, 700}}) {
     ImGui::GetIO().DisplaySize = window;
     for (const char* name : {"blog-16k-random", "compaction-on-off", "reuse-vs-compact", "three-sequences"}) {
       SCOPED_TRACE(std::string(name) + " in " + std::to_string(int(window.x)) + "x" + std::to_string(int(window.y)));
