@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "app.h"
@@ -306,6 +307,49 @@ TEST_F(HeadlessApp, TheMouseOnASlotNamesItsTokenInEveryView) {
 std::string where(const PoolGeometry& g) {
   return "at (" + std::to_string(g.origin.x) + ", " + std::to_string(g.origin.y) + "), " + std::to_string(g.columns) +
          " columns of " + std::to_string(g.slot_w) + "x" + std::to_string(g.slot_h) + " slots";
+}
+
+// The headline, piece by piece, each run's numbers in its view's colour: one
+// "evicted" when the runs evict alike, a pair each when served runs schedule their
+// own way, and once every request is released, what each freed on average.
+TEST_F(HeadlessApp, TheHeadlineSaysWhatEachRunEvictedAndFreed) {
+  using Pieces = std::vector<std::pair<std::string, int>>;
+  const auto pieces = [&] {
+    Pieces out;
+    for (const App::HeadlinePiece& p : app.headline_pieces()) out.emplace_back(p.text, p.view);
+    return out;
+  };
+  const auto counters = [&](int v) -> const Counters& { return app.session->view(v).counters(); };
+  const std::string dash = " \xe2\x80\x94 freed";
+
+  app.load(scenario("blog-1k-random"));
+  app.session->seek(app.session->length());
+  EXPECT_EQ(pieces(), (Pieces{{"blog-1k-random: evicted 87.5%" + dash, -1},
+                              {percent(counters(0).blocks_freed_fraction()) + " (holes)", 0},
+                              {"vs", -1},
+                              {"87.5% (compact)", 1}}));
+
+  app.load(scenario("streaming-budget"));  // compaction alone
+  app.session->seek(app.session->length());
+  EXPECT_EQ(pieces(), (Pieces{{"streaming-budget: evicted " + percent(counters(0).evicted_fraction()) + dash, -1},
+                              {percent(counters(0).blocks_freed_fraction()) + " (compact)", 0}}));
+
+  app.model.dir = bundled_model_dir();
+  app.load(scenario("serve-model"));
+  app.session->seek(app.session->length() / 2);
+  ASSERT_NE(percent(counters(0).evicted_fraction()), percent(counters(1).evicted_fraction()));
+  const auto served = [&](int v, const std::string& label) {
+    return "evicted " + percent(counters(v).evicted_fraction()) + ", freed " +
+           percent(counters(v).blocks_freed_fraction()) + " (" + label + ")";
+  };
+  EXPECT_EQ(pieces(), (Pieces{{"serve-model:", -1}, {served(0, "holes"), 0}, {"vs", -1}, {served(1, "compact"), 1}}));
+  app.session->seek(app.session->length());
+  ASSERT_TRUE(counters(0).all_released() && counters(1).all_released());
+  const auto averaged = [&](int v, const std::string& label) {
+    return "evicted " + percent(counters(v).evicted_fraction()) + ", freed " +
+           percent(counters(v).mean_freed_fraction()) + " on average (" + label + ")";
+  };
+  EXPECT_EQ(app.headline(), "serve-model: " + averaged(0, "holes") + " vs " + averaged(1, "compact"));
 }
 
 // Every scenario, at its start, a quarter in, mid-slide, at its end and playing, with
