@@ -388,7 +388,7 @@ TEST_F(HeadlessApp, EveryScenarioIsDrawnInsideTheWindowAtEveryStage) {
           const int last_in_row = std::min(g.blocks, g.columns) - 1;
           const float right = g.slot_max(last_in_row, g.block_size - 1).x;
           const float bottom = g.slot_max(g.blocks - 1, 0).y;
-          EXPECT_TRUE(g.origin.x >= before.x || g.origin.y >= before.y) << "view " << v << " overlaps the one before it";
+          EXPECT_TRUE(g.origin.x >= before.x || g.origin.y >= before.y) << "view " << v << " overlaps the one before";
           EXPECT_LE(right, window.x) << "view " << v;
           EXPECT_LE(bottom, window.y) << "view " << v;
           before = {right, bottom};
