@@ -209,11 +209,13 @@ void App::frame(float dt) {
   const float charts_h = std::max(150.0f, rest * 0.25f);
   const float seq_h = std::max(70.0f, rest * 0.13f);
   const float pool_h = rest - charts_h - seq_h - 2 * spacing;
-  // Two views side by side while each gets kMinViewWidth; in a narrower window (a
-  // projector's, a window beside a terminal) one above the other.
+  // Two views side by side while each is as wide as its header needs; in a narrower
+  // window (a projector's, a window beside a terminal) one above the other.
   const int views = session->views();
   const float gap = 14;
-  const bool stacked = views > 1 && (width - gap) / 2 < kMinViewWidth;
+  float needed = 0;
+  for (int v = 0; v < views; ++v) needed = std::max(needed, pool_min_width(*session, v));
+  const bool stacked = views > 1 && (width - gap) / 2 < needed;
   for (int v = 0; v < views; ++v) {
     if (stacked) {
       draw_pool(*this, v, {width, (pool_h - spacing * float(views - 1)) / float(views)});

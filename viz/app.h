@@ -57,11 +57,6 @@ struct PoolGeometry {
 // The columns that make slots as large as possible in `size`.
 PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size);
 
-// The narrowest a pool view is drawn beside another (pixels): its header's first
-// line ("compaction  1,000 blocks in use (32.8 MB)") does not break. Narrower, the
-// two views are drawn one above the other.
-constexpr float kMinViewWidth = 260;
-
 class App {
  public:
   explicit App(ModelSource model);
@@ -144,6 +139,11 @@ void draw_controls(App& app, ImVec2 size);
 void draw_transport(App& app, float width);
 void draw_legend(App& app);
 void draw_pool(App& app, int view, ImVec2 size);
+// The narrowest a pool view can be drawn (pixels): the start of its header's first
+// line, "compaction  1,000 blocks in use (32.8 MB)" at the most blocks the run can
+// use, does not break. App::frame draws two views one above the other rather than
+// side by side narrower than this (once the right view was pushed off the window).
+float pool_min_width(const Session& s, int view);
 void draw_sequence(App& app, ImVec2 size);
 void draw_charts(App& app, ImVec2 size);
 

@@ -108,6 +108,12 @@ std::string nowrap(const std::string& text) {
   return out;
 }
 
+// "880 blocks in use (3.23 GB)", as one word: the start of a header's first line.
+std::string in_use_text(int blocks, int64_t bytes_per_block) {
+  return nowrap(commas(blocks) + (blocks == 1 ? " block" : " blocks") + " in use (" +
+                bytes(double(blocks) * double(bytes_per_block)) + ")");
+}
+
 // Two lines of numbers and the phase, wrapped at `width` so that a narrow window does
 // not push the next view off the screen.
 void header(const Timeline& t, const Session& s, int view, float width) {
@@ -119,9 +125,7 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::SameLine();
   // Freed is of the full cache's blocks (the same sequences with no eviction), not of
   // the pool's: the two differ while sequences are still growing, or when they share it.
-  const std::string in_use =
-      nowrap(commas(c.blocks_in_use) + (c.blocks_in_use == 1 ? " block" : " blocks") + " in use (" +
-             bytes(double(c.memory_in_use())) + ")");
+  const std::string in_use = in_use_text(c.blocks_in_use, c.bytes_per_block());
   if (c.all_released())
     text_wrapped(" " + in_use + "  |  every sequence released", right);
   else
@@ -284,6 +288,15 @@ void outline_slot(ImDrawList* dl, const PoolGeometry& g, int block, int slot) {
 }
 
 }  // namespace
+
+float pool_min_width(const Session& s, int view) {
+  const Timeline& t = s.view(view);
+  const int blocks = t.occupancy().num_blocks();  // the most in use: the widest number
+  const std::string in_use = in_use_text(blocks, t.counters().bytes_per_block());
+  // As header() draws them: the title, the spacing of SameLine, " " and the numbers.
+  return ImGui::CalcTextSize(view_title(t.run()).c_str()).x + ImGui::GetStyle().ItemSpacing.x +
+         ImGui::CalcTextSize(" ").x + ImGui::CalcTextSize(in_use.c_str()).x;
+}
 
 void draw_pool(App& app, int view, ImVec2 size) {
   const Session& s = *app.session;
