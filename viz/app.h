@@ -122,7 +122,7 @@ class App {
     float newest_top = 0, newest_bottom = 0, view_top = 0, view_bottom = 0;
   } strip;
   // The pools' headers: the tallest drawn since the run was shown at this view width
-  // (pixels); both pools start that far down, and stay put as the numbers grow.
+  // (pixels); both pools start that far down, and stay there when a header gets shorter.
   float header_reserve = 0, header_width = 0;
   Unit step_unit = Unit::Event;
   ImFont* title_font = nullptr;

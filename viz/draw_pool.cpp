@@ -307,8 +307,9 @@ void draw_pool(App& app, int view, ImVec2 size) {
   const float top = ImGui::GetCursorScreenPos().y;
   header(t, s, view, size.x);
   // Both pools start below the tallest header either view has drawn since the run
-  // was shown at this width: one header wrapping onto another line (a number grown
-  // longer) neither puts its pool lower than the other nor moves the blocks mid-run.
+  // was shown at this width: a header one line taller than the other's does not put
+  // its pool lower, and one that grows a line (a number grown longer) moves the
+  // blocks down once, never back up and down.
   const float height = ImGui::GetCursorScreenPos().y - top;
   if (app.header_width != size.x) app.header_width = size.x, app.header_reserve = 0;
   app.header_reserve = std::max(app.header_reserve, height);
