@@ -1,7 +1,9 @@
 // The App (viz/app.h) as a user drives it, headless: picking a scenario and
 // pressing Record start a recording in the background, the old run stays on
 // screen until the new one is ready, a recording that fails leaves its message;
-// the keys step and play; two traces recorded differently get a summary line each.
+// the keys step and play; the mouse names the slot drawn under it; the headline
+// says what each run freed; every view fits the window, side by side or stacked,
+// and stays put while the run plays; two traces get a summary line, or one each.
 //
 // Each frame is a real ImGui frame (NewFrame, App::frame, Render) with no window
 // and no renderer: ImGui lays out every view and records its draw lists, which
@@ -124,7 +126,7 @@ TEST(PoolGeometry, EveryPixelNamesTheSlotDrawnOverIt) {
     int blocks, block_size;
     ImVec2 size;
   };
-  // Slots of whole pixels and of fractions (2.6 px wide), one block and a thousand,
+  // Slots of whole pixels and of fractions of one, one block and a thousand,
   // rows with a gap under them and rows too thin for one.
   for (const Case& c : {Case{27, 16, {700, 400}}, Case{64, 8, {517, 333}}, Case{1, 16, {90, 40}},
                         Case{1000, 16, {640, 300}}, Case{300, 32, {1201, 87}}}) {
