@@ -35,8 +35,8 @@ bool PoolGeometry::hit(ImVec2 p, int& block, int& slot) const {
   if (!drawn || p.x < origin.x || p.y < origin.y) return false;
   const int col = int((p.x - origin.x) / block_w);
   const int row = int((p.y - origin.y) / (slot_h + gap_y));
-  if (col >= columns || row * columns + col >= blocks) return false;
   const int b = row * columns + col;
+  if (col >= columns || b >= blocks) return false;
   if (p.y >= block_y(b) + slot_h) return false;  // the gap under a row of blocks
   // The slot whose edges [slot_x(s), slot_x(s + 1)) hold p.x. The edges are rounded
   // down to whole pixels, so a slot can start left of s * slot_w, and the quotient
