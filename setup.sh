@@ -28,7 +28,7 @@ packages=(
   build-essential cmake pkg-config
   libeigen3-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
   libgtest-dev
-  libimgui-dev libglfw3-dev libgl-dev libstb-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core
+  libimgui-dev libglfw3-dev libgl-dev libstb-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core x11-xserver-utils
 )
 
 install_packages() {

@@ -9,6 +9,27 @@
 
 namespace kvscope::viz {
 
+namespace {
+float g_ui_scale = 1;  // as ImGui's style: one per process, set before the first frame
+}  // namespace
+
+void set_ui_scale(float scale) { g_ui_scale = scale; }
+float ui_scale() { return g_ui_scale; }
+
+void use_app_style() {
+  ImGuiStyle& st = ImGui::GetStyle();
+  st = ImGuiStyle();  // from ImGui's sizes: scaled once, however often this is called
+  ImGui::StyleColorsDark();
+  st.WindowRounding = 0;
+  st.FrameRounding = 3;
+  st.ItemSpacing = {8, 5};
+  st.WindowPadding = {10, 8};
+  st.Colors[ImGuiCol_WindowBg] = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
+  st.Colors[ImGuiCol_ChildBg] = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
+  st.Colors[ImGuiCol_Text] = ImGui::ColorConvertU32ToFloat4(palette::kText);
+  st.ScaleAllSizes(ui_scale());
+}
+
 const char* strategy_title(MemoryStrategy s) {
   switch (s) {
     case MemoryStrategy::HolesOnly: return "holes only";
@@ -195,7 +216,7 @@ void App::frame(float dt) {
   draw_legend(*this);
   ImGui::Separator();
 
-  const float left = 330;
+  const float left = px(330);
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   ImGui::BeginChild("controls", {left, avail.y}, true);
   draw_controls(*this, {left, avail.y});
@@ -206,13 +227,13 @@ void App::frame(float dt) {
   draw_transport(*this, width);
   const float rest = ImGui::GetContentRegionAvail().y;
   const float spacing = ImGui::GetStyle().ItemSpacing.y;
-  const float charts_h = std::max(150.0f, rest * 0.25f);
-  const float seq_h = std::max(70.0f, rest * 0.13f);
+  const float charts_h = std::max(px(150), rest * 0.25f);
+  const float seq_h = std::max(px(70), rest * 0.13f);
   const float pool_h = rest - charts_h - seq_h - 2 * spacing;
   // Two views side by side while each is as wide as its header needs; in a narrower
   // window (a projector's, a window beside a terminal) one above the other.
   const int views = session->views();
-  const float gap = 14;
+  const float gap = px(14);
   float needed = 0;
   for (int v = 0; v < views; ++v) needed = std::max(needed, pool_min_width(*session, v));
   const bool stacked = views > 1 && (width - gap) / 2 < needed;

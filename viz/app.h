@@ -159,6 +159,18 @@ void same_line_if_fits(float w);
 // (U+00A0) keeps words together, and a '\n' starts a new line.
 void text_wrapped(const std::string& text, float right = -1);
 
+// The UI scale: screen pixels per pixel of the app's design (15 px text). 1 on an
+// ordinary screen; 2 where the desktop scales everything by 2 (a 4K laptop), so the
+// text and every fixed size are twice as many pixels and read the same. main sets
+// it before the first frame (--scale, else the monitor's content scale) and scales
+// the fonts and ImGui's style to match. The views write each fixed size as px(n);
+// what they measure (text, ImGui's frame heights) is at the scale already.
+void set_ui_scale(float scale);
+float ui_scale();
+inline float px(float design_pixels) { return design_pixels * ui_scale(); }
+// ImGui's style for the app: its colours and spacing, every size at the UI scale.
+void use_app_style();
+
 // A strategy as a title: "holes only", "hole reuse", "compaction".
 const char* strategy_title(MemoryStrategy s);
 // A view's title: its strategy's, and its name when it has one ("compaction, h2o.trace").

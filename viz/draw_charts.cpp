@@ -31,8 +31,10 @@ struct Frame {
   }
 };
 
+// `thickness` in the design's pixels (px).
 void polyline(ImDrawList* dl, const Frame& f, const std::vector<Sample>& h, const std::function<double(const Sample&)>& y,
               uint32_t colour, float thickness, bool dashed) {
+  thickness = px(thickness);
   if (!dashed) {  // a NaN sample (a number that does not exist there) leaves a gap
     std::vector<ImVec2> pts;
     auto flush = [&] {
@@ -51,14 +53,15 @@ void polyline(ImDrawList* dl, const Frame& f, const std::vector<Sample>& h, cons
   pts.reserve(h.size());
   for (const Sample& s : h) pts.push_back(f.at(double(s.x), y(s)));
   // Dashes of 6 px on, 4 off, measured along the line.
+  const float on = px(6), period = px(10);
   float along = 0;
   for (size_t i = 1; i < pts.size(); ++i) {
     const ImVec2 p = pts[i - 1], q = pts[i];
     const float len = std::hypot(q.x - p.x, q.y - p.y);
     for (float d = 0; d < len;) {
-      const float phase = std::fmod(along + d, 10.0f);
-      const float step = std::min(len - d, phase < 6 ? 6 - phase : 10 - phase);
-      if (phase < 6) {
+      const float phase = std::fmod(along + d, period);
+      const float step = std::min(len - d, phase < on ? on - phase : period - phase);
+      if (phase < on) {
         const float t0 = d / len, t1 = (d + step) / len;
         dl->AddLine({p.x + (q.x - p.x) * t0, p.y + (q.y - p.y) * t0}, {p.x + (q.x - p.x) * t1, p.y + (q.y - p.y) * t1},
                     colour, thickness);
@@ -86,14 +89,14 @@ struct Line {
 // The key's size. Its value column is at least as wide as "888.8 MB", so the box
 // keeps its size while the values change under playback.
 ImVec2 key_size(const std::vector<Key>& keys) {
-  const float line_h = ImGui::GetTextLineHeight() + 2;
+  const float line_h = ImGui::GetTextLineHeight() + px(2);
   const bool values = std::any_of(keys.begin(), keys.end(), [](const Key& k) { return !k.value.empty(); });
   float label_w = 0, value_w = values ? ImGui::CalcTextSize("888.8 MB").x : 0;
   for (const Key& k : keys) {
     label_w = std::max(label_w, ImGui::CalcTextSize(k.label.c_str()).x);
     value_w = std::max(value_w, ImGui::CalcTextSize(k.value.c_str()).x);
   }
-  return {8 + 22 + 6 + label_w + 12 + value_w + 8, 6 + line_h * float(keys.size())};
+  return {px(8 + 22 + 6) + label_w + px(12) + value_w + px(8), px(6) + line_h * float(keys.size())};
 }
 
 // In a narrow window, a key wider than its plot drops its values (the counters
@@ -101,7 +104,7 @@ ImVec2 key_size(const std::vector<Key>& keys) {
 // line's colour, the pool headers' colour, says it too), before it is cut at the
 // chart's edge.
 std::vector<Key> fitted(std::vector<Key> keys, const Frame& f) {
-  const float room = f.b.x - f.a.x - 12;
+  const float room = f.b.x - f.a.x - px(12);
   if (key_size(keys).x > room)
     for (Key& k : keys) k.value.clear();
   if (key_size(keys).x > room)
@@ -125,8 +128,8 @@ ImVec2 key_corner(const Frame& f, ImVec2 size, const Session& s, const std::vect
   const std::vector<Sample>& h = s.history();
   // A key wider (or taller) than the plot starts at its left (top) edge in every
   // corner: its labels' ends are cut at the chart's edge, never their beginnings.
-  const float left = f.a.x + 6, right = std::max(left, f.b.x - 6 - size.x);
-  const float top = f.a.y + 4, bottom = std::max(top, f.b.y - 4 - size.y);
+  const float left = f.a.x + px(6), right = std::max(left, f.b.x - px(6) - size.x);
+  const float top = f.a.y + px(4), bottom = std::max(top, f.b.y - px(4) - size.y);
   const ImVec2 corners[] = {{left, top}, {right, top}, {right, bottom}, {left, bottom}};
   auto hidden = [&](ImVec2 c) {  // pixels of line inside the box at c, in steps of 2 px
     auto inside = [&](ImVec2 p) { return p.x >= c.x && p.x <= c.x + size.x && p.y >= c.y && p.y <= c.y + size.y; };
@@ -155,37 +158,39 @@ ImVec2 key_corner(const Frame& f, ImVec2 size, const Session& s, const std::vect
 }
 
 void key_box(ImDrawList* dl, ImVec2 at, const std::vector<Key>& keys) {
-  const float line_h = ImGui::GetTextLineHeight() + 2;
+  const float line_h = ImGui::GetTextLineHeight() + px(2);
   const ImVec2 size = key_size(keys);
   const float w = size.x;
-  dl->AddRectFilled(at, {at.x + w, at.y + size.y}, palette::alpha(palette::kBackground, 0.85f), 3.0f);
+  dl->AddRectFilled(at, {at.x + w, at.y + size.y}, palette::alpha(palette::kBackground, 0.85f), px(3));
+  const float x0 = at.x + px(8), sample = px(22);  // the line sample: from x0, this long
   for (size_t i = 0; i < keys.size(); ++i) {
     const Key& k = keys[i];
-    const float y = at.y + 3 + line_h * float(i);
+    const float y = at.y + px(3) + line_h * float(i);
     const float mid = y + line_h / 2;
     if (k.dashed)
-      for (float x = 0; x < 22; x += 8) dl->AddLine({at.x + 8 + x, mid}, {at.x + 8 + std::min(x + 5, 22.0f), mid}, k.colour, 2.0f);
+      for (float x = 0; x < sample; x += px(8))
+        dl->AddLine({x0 + x, mid}, {x0 + std::min(x + px(5), sample), mid}, k.colour, px(2));
     else
-      dl->AddLine({at.x + 8, mid}, {at.x + 30, mid}, k.colour, 2.5f);
-    dl->AddText({at.x + 36, y}, palette::kText, k.label.c_str());
-    dl->AddText({at.x + w - 8 - ImGui::CalcTextSize(k.value.c_str()).x, y}, k.colour, k.value.c_str());
+      dl->AddLine({x0, mid}, {x0 + sample, mid}, k.colour, px(2.5f));
+    dl->AddText({x0 + sample + px(6), y}, palette::kText, k.label.c_str());
+    dl->AddText({at.x + w - px(8) - ImGui::CalcTextSize(k.value.c_str()).x, y}, k.colour, k.value.c_str());
   }
 }
 
 Frame plot_area(ImVec2 origin, ImVec2 size, double x_max, double y_max) {
-  return {{origin.x + 52, origin.y + 4}, {origin.x + size.x - 8, origin.y + size.y - 18}, x_max, y_max};
+  return {{origin.x + px(52), origin.y + px(4)}, {origin.x + size.x - px(8), origin.y + size.y - px(18)}, x_max, y_max};
 }
 
 void axes(ImDrawList* dl, const Frame& f, const std::vector<std::string>& y_labels) {
-  dl->AddRectFilled({f.a.x - 52, f.a.y - 4}, {f.b.x + 8, f.b.y + 18}, palette::kPanel, 3.0f);
+  dl->AddRectFilled({f.a.x - px(52), f.a.y - px(4)}, {f.b.x + px(8), f.b.y + px(18)}, palette::kPanel, px(3));
   for (size_t i = 0; i < y_labels.size(); ++i) {
     const float y = f.b.y - (f.b.y - f.a.y) * float(i) / float(y_labels.size() - 1);
-    dl->AddLine({f.a.x, y}, {f.b.x, y}, palette::kGrid);
-    dl->AddText({f.a.x - 48, y - 7}, palette::kTextDim, y_labels[i].c_str());
+    dl->AddLine({f.a.x, y}, {f.b.x, y}, palette::kGrid, px(1));
+    dl->AddText({f.a.x - px(48), y - px(7)}, palette::kTextDim, y_labels[i].c_str());
   }
-  dl->AddText({f.a.x, f.b.y + 2}, palette::kTextDim, "start");
+  dl->AddText({f.a.x, f.b.y + px(2)}, palette::kTextDim, "start");
   const char* end = "events \xe2\x86\x92 end";
-  dl->AddText({f.b.x - ImGui::CalcTextSize(end).x, f.b.y + 2}, palette::kTextDim, end);
+  dl->AddText({f.b.x - ImGui::CalcTextSize(end).x, f.b.y + px(2)}, palette::kTextDim, end);
 }
 
 // The cursor line, and clicking to move it.
@@ -193,7 +198,7 @@ void cursor_and_seek(App& app, const Frame& f, ImVec2 origin, ImVec2 size, const
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const double c = double(app.session->cursor());
   const ImVec2 p = f.at(c, 0);
-  dl->AddLine({p.x, f.a.y}, {p.x, f.b.y}, palette::alpha(palette::kHighlight, 0.8f), 1.5f);
+  dl->AddLine({p.x, f.a.y}, {p.x, f.b.y}, palette::alpha(palette::kHighlight, 0.8f), px(1.5f));
   ImGui::SetCursorScreenPos(origin);
   ImGui::InvisibleButton(id, size);
   if (ImGui::IsItemActive()) {
@@ -269,15 +274,15 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   const bool right_axis = moved_top > 0 && !shared;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   Frame f = plot_area(origin, size, double(s.length()), top);
-  if (right_axis) f.b.x -= 56;  // room for the right axis
+  if (right_axis) f.b.x -= px(56);  // room for the right axis
   std::vector<std::string> labels;
   for (int i = 0; i <= 4; ++i) labels.push_back(bytes(top * i / 4));
   axes(dl, f, labels);
   if (right_axis) {
-    dl->AddRectFilled({f.b.x + 8, f.a.y - 4}, {f.b.x + 64, f.b.y + 18}, palette::kPanel, 3.0f);
+    dl->AddRectFilled({f.b.x + px(8), f.a.y - px(4)}, {f.b.x + px(64), f.b.y + px(18)}, palette::kPanel, px(3));
     for (int i = 0; i <= 4; ++i) {
       const float y = f.b.y - (f.b.y - f.a.y) * float(i) / 4;
-      dl->AddText({f.b.x + 8, y - 7}, palette::kTextDim, bytes(moved_top * i / 4).c_str());
+      dl->AddText({f.b.x + px(8), y - px(7)}, palette::kTextDim, bytes(moved_top * i / 4).c_str());
     }
   }
   Frame moved = f;
@@ -314,7 +319,7 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
 }  // namespace
 
 void draw_charts(App& app, ImVec2 size) {
-  const float gap = 14;
+  const float gap = px(14);
   const float w = (size.x - gap) / 2;
   const ImVec2 o = ImGui::GetCursorScreenPos();
   // Each title over its chart; in a narrow window without ", over the run", and cut at the chart's edge.
@@ -328,7 +333,7 @@ void draw_charts(App& app, ImVec2 size) {
   title(o.x, "Tokens evicted and blocks freed, over the run");
   title(o.x + w + gap, "Memory in use and bytes moved, over the run");
   const float chart_top = o.y + ImGui::GetTextLineHeightWithSpacing();
-  const float h = std::max(40.0f, size.y - (chart_top - o.y));
+  const float h = std::max(px(40), size.y - (chart_top - o.y));
   // Each chart draws inside its own rectangle: in a narrow window a key wider than
   // its plot is cut at the edge rather than drawn over the other chart.
   ImDrawList* dl = ImGui::GetWindowDrawList();

@@ -69,10 +69,10 @@ void scenario_picker(App& app) {
 // Two small number fields on one line.
 void pair(const char* a, int* va, const char* b, int* vb, uint64_t* vb64 = nullptr) {
   ImGui::PushID(a);
-  ImGui::SetNextItemWidth(64);
+  ImGui::SetNextItemWidth(px(64));
   ImGui::InputInt(a, va, 0);
-  ImGui::SameLine(0, 10);
-  ImGui::SetNextItemWidth(64);
+  ImGui::SameLine(0, px(10));
+  ImGui::SetNextItemWidth(px(64));
   if (vb)
     ImGui::InputInt(b, vb, 0);
   else
@@ -151,7 +151,7 @@ void strategy_fields(RunSettings& e) {
 void settings(App& app) {
   heading("RUN SETTINGS (then Record)");
   RunSettings& e = app.edit;
-  ImGui::PushItemWidth(150);
+  ImGui::PushItemWidth(px(150));
   source_choice(app, e);
   run_fields(e);
   keep_in_range(e);
@@ -270,20 +270,20 @@ void wrap(float width) {
 }
 
 void swatch(const char* label, uint32_t colour, bool outline = false) {
-  wrap(28 + ImGui::CalcTextSize(label).x);
+  wrap(px(28) + ImGui::CalcTextSize(label).x);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 p = ImGui::GetCursorScreenPos();
-  const float h = ImGui::GetTextLineHeight();
+  const float h = ImGui::GetTextLineHeight(), m = px(2);  // m: the margin above and below the colour
   if (outline) {
-    dl->AddRectFilled({p.x, p.y + 2}, {p.x + 22, p.y + h - 2}, palette::kFree);
-    dl->AddRect({p.x - 1, p.y + 1}, {p.x + 23, p.y + h - 1}, colour, 0, 0, 1.5f);
+    dl->AddRectFilled({p.x, p.y + m}, {p.x + px(22), p.y + h - m}, palette::kFree);
+    dl->AddRect({p.x - px(1), p.y + m - px(1)}, {p.x + px(23), p.y + h - m + px(1)}, colour, 0, 0, px(1.5f));
   } else {
-    dl->AddRectFilled({p.x, p.y + 2}, {p.x + 22, p.y + h - 2}, colour);
+    dl->AddRectFilled({p.x, p.y + m}, {p.x + px(22), p.y + h - m}, colour);
   }
-  ImGui::Dummy({26, h});
-  ImGui::SameLine(0, 2);
+  ImGui::Dummy({px(26), h});
+  ImGui::SameLine(0, px(2));
   ImGui::TextUnformatted(label);
-  ImGui::SameLine(0, 18);
+  ImGui::SameLine(0, px(18));
 }
 
 }  // namespace
@@ -302,19 +302,20 @@ void draw_legend(App& app) {
       swatch(palette::owners_label(k, owners).c_str(), palette::live(k, 0, false));
     wrap(ImGui::CalcTextSize("live, by owner").x);
     ImGui::TextUnformatted("live, by owner");
-    ImGui::SameLine(0, 18);
+    ImGui::SameLine(0, px(18));
   }
   if (s.primary_view().run().has_scores()) {
-    wrap(52 + ImGui::CalcTextSize("score low \xe2\x86\x92 high").x);
+    wrap(px(52) + ImGui::CalcTextSize("score low \xe2\x86\x92 high").x);
     ImDrawList* dl = ImGui::GetWindowDrawList();
     const ImVec2 p = ImGui::GetCursorScreenPos();
-    const float h = ImGui::GetTextLineHeight();
+    const float h = ImGui::GetTextLineHeight(), w = px(6), m = px(2);  // w: each shade's width
     for (int i = 0; i < 8; ++i)
-      dl->AddRectFilled({p.x + float(i) * 6, p.y + 2}, {p.x + float(i + 1) * 6, p.y + h - 2}, palette::live(0, float(i) / 7, true));
-    ImGui::Dummy({50, h});
-    ImGui::SameLine(0, 2);
+      dl->AddRectFilled({p.x + float(i) * w, p.y + m}, {p.x + float(i + 1) * w, p.y + h - m},
+                        palette::live(0, float(i) / 7, true));
+    ImGui::Dummy({px(50), h});
+    ImGui::SameLine(0, px(2));
     ImGui::TextUnformatted("score low \xe2\x86\x92 high");
-    ImGui::SameLine(0, 18);
+    ImGui::SameLine(0, px(18));
     swatch("not scored yet", palette::unscored(0));
   }
   swatch("hole (emptied, block still held)", palette::kHole);
@@ -375,7 +376,7 @@ void draw_transport(App& app, float width) {
   if (ImGui::Button("<")) s.step(app.step_unit, -1);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("step back (left arrow)");
   ImGui::SameLine();
-  if (ImGui::Button(s.playing ? "Pause" : "Play", {60, 0})) s.toggle_play();
+  if (ImGui::Button(s.playing ? "Pause" : "Play", {px(60), 0})) s.toggle_play();
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("space");
   ImGui::SameLine();
   if (ImGui::Button(">")) s.step(app.step_unit, +1);
@@ -383,7 +384,7 @@ void draw_transport(App& app, float width) {
   ImGui::SameLine();
   static const char* units[] = {"event", "token", "round", "move"};
   int unit = int(app.step_unit);
-  ImGui::SetNextItemWidth(80);
+  ImGui::SetNextItemWidth(px(80));
   if (ImGui::Combo("##unit", &unit, units, 4)) app.step_unit = Unit(unit);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("what one step moves over");
   ImGui::SameLine();
@@ -392,7 +393,7 @@ void draw_transport(App& app, float width) {
   ImGui::BeginDisabled(s.primary_view().moves() == 0);
   if (ImGui::Button("move >")) s.step(Unit::Move, +1);
   ImGui::EndDisabled();
-  const float speed_width = 170;
+  const float speed_width = px(170);
   same_line_if_fits(speed_width + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize("events/s").x);
   float speed = float(s.speed);
   ImGui::SetNextItemWidth(speed_width);
@@ -426,7 +427,7 @@ void draw_transport(App& app, float width) {
   if (ends.size() <= 2000)
     for (size_t e : ends) {
       const float x = a.x + (b.x - a.x) * float(double(e + 1) / double(std::max<size_t>(1, s.length())));
-      dl->AddLine({x, b.y - 5}, {x, b.y}, palette::alpha(palette::kText, 0.5f));
+      dl->AddLine({x, b.y - px(5)}, {x, b.y}, palette::alpha(palette::kText, 0.5f), px(1));
     }
 }
 

@@ -57,12 +57,12 @@ PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size)
   // Try every column count worth trying; keep the one with the largest slots.
   for (int c = 1; c <= std::max(1, blocks); ++c) {
     const int rows = (blocks + c - 1) / c;
-    const float gap_x = c > 1 ? 3.0f : 0.0f;
+    const float gap_x = c > 1 ? px(3) : 0.0f;
     const float block_w = std::floor(size.x / float(c));
     const float slot_w = (block_w - gap_x) / float(block_size);
     // Whole-pixel rows, so every block row looks the same.
     const float pitch = size.y / float(rows) >= 2 ? std::floor(size.y / float(rows)) : size.y / float(rows);
-    const float gap_y = pitch >= 4 ? 1.0f : 0.0f;
+    const float gap_y = pitch >= px(4) ? px(1) : 0.0f;
     const float slot_h = pitch - gap_y;
     const float side = std::min(slot_w, slot_h);
     if (side > best_side) {
@@ -70,7 +70,7 @@ PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size)
       best.columns = c;
       best.block_w = block_w;
       best.slot_w = slot_w;
-      best.slot_h = std::min(slot_h, std::max(slot_w * 1.5f, 3.0f));  // no tall thin slots
+      best.slot_h = std::min(slot_h, std::max(slot_w * 1.5f, px(3)));  // no tall thin slots
       best.gap_x = gap_x;
       best.gap_y = gap_y;
     }
@@ -228,12 +228,12 @@ void draw_blocks(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, const
 // Slot edges, where slots are wide enough to count: a block reads as its B slots,
 // and a run of holes as so many holes.
 void draw_slot_edges(ImDrawList* dl, const PoolGeometry& g, const Occupancy& occ) {
-  if (g.slot_w < 8) return;
+  if (g.slot_w < px(8)) return;
   const uint32_t edge = palette::alpha(palette::kBackground, 0.6f);
   for (int b = 0; b < occ.num_blocks(); ++b)
     for (int j = 1; j < occ.block_size(); ++j) {
       const float x = g.slot_x(b, j), y = g.block_y(b);
-      dl->AddRectFilled({x, y}, {x + 1, y + g.slot_h}, edge);
+      dl->AddRectFilled({x, y}, {x + px(1), y + g.slot_h}, edge);
     }
 }
 
@@ -260,9 +260,9 @@ void draw_flashes(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, size
         break;
       case EventKind::BlockFreed:
         if (occ.owner(e.block) < 0)
-          dl->AddRect({g.slot_x(e.block, 0) - 1, g.block_y(e.block) - 1},
-                      {g.slot_x(e.block, occ.block_size()) + 1, g.block_y(e.block) + g.slot_h + 1},
-                      palette::alpha(palette::kFreedEdge, a));
+          dl->AddRect({g.slot_x(e.block, 0) - px(1), g.block_y(e.block) - px(1)},
+                      {g.slot_x(e.block, occ.block_size()) + px(1), g.block_y(e.block) + g.slot_h + px(1)},
+                      palette::alpha(palette::kFreedEdge, a), 0, 0, px(1));
         break;
       default: break;
     }
@@ -276,15 +276,17 @@ void draw_slide(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, const 
     const Event& e = t.event(i);
     const ImVec2 a = g.slot_min(e.from_block, e.from_slot), b = g.slot_min(e.block, e.slot);
     const ImVec2 p{a.x + (b.x - a.x) * k, a.y + (b.y - a.y) * k};
-    const float w = std::max(g.slot_w, 2.0f), h = std::max(g.slot_h, 2.0f);
-    dl->AddLine({a.x + w / 2, a.y + h / 2}, {p.x + w / 2, p.y + h / 2}, palette::alpha(palette::kMoving, 0.18f));
+    const float w = std::max(g.slot_w, px(2)), h = std::max(g.slot_h, px(2));
+    dl->AddLine({a.x + w / 2, a.y + h / 2}, {p.x + w / 2, p.y + h / 2}, palette::alpha(palette::kMoving, 0.18f),
+                px(1));
     dl->AddRectFilled(p, {p.x + w, p.y + h}, palette::kMoving);
   }
 }
 
 void outline_slot(ImDrawList* dl, const PoolGeometry& g, int block, int slot) {
   const ImVec2 a = g.slot_min(block, slot), b = g.slot_max(block, slot);
-  dl->AddRect({a.x - 2, a.y - 2}, {b.x + 2, b.y + 2}, palette::kHighlight, 0, 0, 2.0f);
+  const float m = px(2);
+  dl->AddRect({a.x - m, a.y - m}, {b.x + m, b.y + m}, palette::kHighlight, 0, 0, px(2));
 }
 
 }  // namespace
@@ -316,7 +318,7 @@ void draw_pool(App& app, int view, ImVec2 size) {
   const float pad = app.header_reserve - height - ImGui::GetStyle().ItemSpacing.y;  // a Dummy adds the spacing
   if (pad > 0) ImGui::Dummy({1, pad});
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const ImVec2 area{size.x, std::max(20.0f, size.y - (origin.y - top))};
+  const ImVec2 area{size.x, std::max(px(20), size.y - (origin.y - top))};
   const PoolGeometry g = layout_pool(occ.num_blocks(), occ.block_size(), origin, area);
   app.pools[view] = g;
   ImDrawList* dl = ImGui::GetWindowDrawList();

@@ -128,7 +128,7 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const std::vector<int64_t>& lengths = t.final_lengths();
   const int seqs = std::max(1, int(lengths.size()));
-  const float band_gap = 4;
+  const float band_gap = px(4);
   const float band_h = (area.y - band_gap * float(seqs - 1)) / float(seqs);
   for (int k = 0; k < int(lengths.size()); ++k) {
     const int64_t n = lengths[size_t(k)];
@@ -139,7 +139,8 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
     // The hovered token (any view, last frame).
     if (app.hovered.token() && app.hovered.seq == k && app.hovered.pos < n) {
       const ImVec2 a = grid.corner(o, app.hovered.pos / grid.g);
-      dl->AddRect({a.x - 2, a.y - 2}, {a.x + grid.side + 2, a.y + grid.side + 2}, palette::kHighlight, 0, 0, 2.0f);
+      const float m = px(2);
+      dl->AddRect({a.x - m, a.y - m}, {a.x + grid.side + m, a.y + grid.side + m}, palette::kHighlight, 0, 0, px(2));
     }
     // The mouse.
     const ImVec2 m = ImGui::GetIO().MousePos;
@@ -159,7 +160,7 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
 // Tokens as words, on lines, in a scrolling child as tall as the whole lines that fit
 // in `area` (a line cut in half at the bottom reads as a line of different words).
 void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area) {
-  const float line_h = ImGui::GetTextLineHeight() + 4;
+  const float line_h = ImGui::GetTextLineHeight() + px(4);  // a word's box: its text, px(2) above and below
   const float view_h = std::max(1.0f, std::floor(area.y / line_h)) * line_h;
   ImGui::BeginChild("sequence-text", {area.x, view_h}, false);
   ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -173,26 +174,28 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
     for (int64_t pos = 0; pos < lengths[size_t(k)]; ++pos) {
       const std::string& raw = t.run().text(k, pos);
       const char* text = raw.empty() ? "?" : raw.c_str();
-      const float w = ImGui::CalcTextSize(text).x + 5;
+      const float w = ImGui::CalcTextSize(text).x + px(5);  // the box, and a gap before the next word
       if (x + w > start.x + width && x > start.x) x = start.x, y += line_h;
       const State st = state_of(t, k, pos);
-      const ImVec2 a{x, y}, b{x + w - 1, y + line_h - 1};
+      const ImVec2 a{x, y}, b{x + w - px(1), y + line_h - px(1)};
       if (st != State::Future) {
         const uint32_t bg = st == State::Live ? palette::shade(colour_of(st, k, pos, scores), 0.55f) : palette::kSeqEvicted;
-        dl->AddRectFilled(a, b, bg, 2.0f);
+        dl->AddRectFilled(a, b, bg, px(2));
         newest_y = y;
       }
-      dl->AddText({x + 2, y + 2}, st == State::Live ? palette::kText : palette::kTextDim, text);
-      if (st == State::Evicted) dl->AddLine({x + 1, y + line_h / 2}, {b.x - 1, y + line_h / 2}, palette::alpha(palette::kEvicted, 0.7f));
+      dl->AddText({x + px(2), y + px(2)}, st == State::Live ? palette::kText : palette::kTextDim, text);
+      if (st == State::Evicted)
+        dl->AddLine({x + px(1), y + line_h / 2}, {b.x - px(1), y + line_h / 2}, palette::alpha(palette::kEvicted, 0.7f),
+                    px(1));
       if (app.hovered.token() && app.hovered.seq == k && app.hovered.pos == pos)
-        dl->AddRect({a.x - 1, a.y - 1}, {b.x + 1, b.y + 1}, palette::kHighlight, 2.0f, 0, 2.0f);
+        dl->AddRect({a.x - px(1), a.y - px(1)}, {b.x + px(1), b.y + px(1)}, palette::kHighlight, px(2), 0, px(2));
       if (window_hovered && m.x >= a.x && m.x < b.x && m.y >= a.y && m.y < b.y) {
         if (st == State::Live) app.hover.seq = k, app.hover.pos = pos;
         tooltip(app, k, pos, st, scores);
       }
       x += w;
     }
-    x = start.x, y += line_h + 6;  // each sequence on its own lines
+    x = start.x, y += line_h + px(6);  // each sequence on its own lines
   }
   ImGui::Dummy({width, y - start.y});
   // While playing, follow the writing: scroll so the newest written row sits two rows
@@ -236,7 +239,7 @@ void draw_sequence(App& app, ImVec2 size) {
   if (!fits) text_wrapped(why, right);
   ImGui::PopStyleColor();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const ImVec2 area{size.x, std::max(10.0f, size.y - (origin.y - top))};
+  const ImVec2 area{size.x, std::max(px(10), size.y - (origin.y - top))};
 
   ScoresAt scores(t.run(), t.cursor(), c.next_pos);
   if (scores.known()) {

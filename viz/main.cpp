@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <GLFW/glfw3.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <chrono>
 #include <cmath>
@@ -39,6 +40,9 @@ namespace kvscope::viz {
 
 namespace {
 
+constexpr float kMinScale = 0.5f, kMaxScale = 4.0f;  // --scale
+constexpr int kDesignWidth = 1600, kDesignHeight = 1000;  // the default window and picture at scale 1
+
 struct Args {
   std::string scenario;
   std::vector<std::string> traces;  // recorded runs to show instead of a scenario
@@ -48,6 +52,8 @@ struct Args {
   std::string screenshot;
   int frames = 3;
   std::string size = "1600x1000";
+  bool size_given = false;  // --size on the command line (else a window is sized to the scale and the screen)
+  float scale = 0;          // --scale; 0: the monitor's content scale in a window, 1 in a screenshot
   std::string at;
   bool play = false;
   bool verify = false;
@@ -124,31 +130,21 @@ void place(Session& s, const std::string& at) {
   s.clear_flash();
 }
 
-void style(float scale) {
-  ImGuiStyle& st = ImGui::GetStyle();
-  ImGui::StyleColorsDark();
-  st.WindowRounding = 0;
-  st.FrameRounding = 3;
-  st.ItemSpacing = {8, 5};
-  st.WindowPadding = {10, 8};
-  st.Colors[ImGuiCol_WindowBg] = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
-  st.Colors[ImGuiCol_ChildBg] = ImGui::ColorConvertU32ToFloat4(palette::kBackground);
-  st.Colors[ImGuiCol_Text] = ImGui::ColorConvertU32ToFloat4(palette::kText);
-  st.ScaleAllSizes(scale);
-}
-
 // DejaVu Sans when the system has it (Debian: fonts-dejavu-core), with the
-// punctuation and arrows the app writes; ImGui's built-in font otherwise.
+// punctuation and arrows the app writes; ImGui's built-in font otherwise. Both at
+// the UI scale (set_ui_scale first).
 void fonts(App& app) {
   ImGuiIO& io = ImGui::GetIO();
   static const ImWchar ranges[] = {0x0020, 0x00FF, 0x2010, 0x2027, 0x2190, 0x21FF, 0x2212, 0x2264, 0x25A0, 0x25FF, 0};
   for (const char* path : {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"}) {
     if (!file_exists(path)) continue;
-    io.Fonts->AddFontFromFileTTF(path, 15.0f, nullptr, ranges);
-    app.title_font = io.Fonts->AddFontFromFileTTF(path, 22.0f, nullptr, ranges);
+    io.Fonts->AddFontFromFileTTF(path, px(15), nullptr, ranges);
+    app.title_font = io.Fonts->AddFontFromFileTTF(path, px(22), nullptr, ranges);
     return;
   }
-  io.Fonts->AddFontDefault();
+  ImFontConfig config;
+  config.SizePixels = std::round(px(13));  // the built-in font's own size, scaled
+  io.Fonts->AddFontDefault(&config);
 }
 
 ModelSource model_source(const Args& a) {
@@ -193,7 +189,7 @@ int bench() {
   unsigned char* pixels = nullptr;
   int w = 0, h = 0;
   io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
-  style(1.0f);
+  use_app_style();
   auto time_frames = [&](const char* what, const RunSettings& settings) {
     const double t0 = now_seconds();
     Recording rec = record(settings, {});
@@ -251,12 +247,50 @@ ImVec2 mouse_position(const Args& a, int width, int height) {
   return mouse;
 }
 
+// The primary monitor's content scale: how much the desktop enlarges what it draws
+// (2 on a 4K laptop set to 200%); 1 where it says nothing. Kept in --scale's range.
+float monitor_scale() {
+  float x = 1, y = 1;
+  if (GLFWmonitor* m = glfwGetPrimaryMonitor()) glfwGetMonitorContentScale(m, &x, &y);
+  const float s = std::max(x, y);
+  return std::isfinite(s) ? std::clamp(s, kMinScale, kMaxScale) : 1.0f;
+}
+
+// A window without --size: the design's 1600x1000 at the UI scale, cut to the primary
+// monitor's work area (the screen less its panels) where it does not fit there (a
+// 1366x768 laptop; 1440x900 at twice the scale). Returns whether it was cut: such a
+// window opens maximised, as a window that fills the screen should.
+bool window_size_for_screen(int& width, int& height) {
+  width = int(std::lround(px(kDesignWidth))), height = int(std::lround(px(kDesignHeight)));
+  int x = 0, y = 0, w = 0, h = 0;
+  if (GLFWmonitor* m = glfwGetPrimaryMonitor()) glfwGetMonitorWorkarea(m, &x, &y, &w, &h);
+  if (w <= 0 || h <= 0 || (width <= w && height <= h)) return false;
+  width = std::min(width, w), height = std::min(height, h);
+  return true;
+}
+
+// One line on the window opened: its size and UI scale, and where each came from.
+void say_window(const Args& a, GLFWwindow* window, bool maximised) {
+  int width = 0, height = 0;
+  glfwGetWindowSize(window, &width, &height);
+  std::printf("kvscope-viz: window %dx%d, UI scale %s (%s)", width, height, fmt("%g", ui_scale()).c_str(),
+              a.scale > 0 ? "--scale" : "the desktop's scaling; --scale sets it");
+  if (maximised) std::printf("; maximised: %.0fx%.0f does not fit the screen", px(kDesignWidth), px(kDesignHeight));
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 // A GLFW window with an OpenGL 3 context (a hidden 64x64 one for a screenshot, which
-// draws into its own framebuffer), and Dear ImGui set up on it.
-GLFWwindow* open_window(App& app, int width, int height, bool headless) {
+// draws into its own framebuffer), and Dear ImGui set up on it at the UI scale:
+// --scale, else 1 for a screenshot (the same picture on every machine) and the
+// monitor's content scale for a window, which without --size is sized to match.
+GLFWwindow* open_window(App& app, const Args& a, int& width, int& height, bool headless) {
   glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
   if (!glfwInit())
     fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`", 2);
+  set_ui_scale(a.scale > 0 ? a.scale : headless ? 1.0f : monitor_scale());
+  const bool maximised = !headless && !a.size_given && window_size_for_screen(width, height);
+  if (maximised) glfwWindowHint(GLFW_MAXIMIZED, GLFW_TRUE);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 2);
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
@@ -268,17 +302,19 @@ GLFWwindow* open_window(App& app, int width, int height, bool headless) {
   if (!window) {  // no 3.2 core profile: try whatever the driver gives
     glfwDefaultWindowHints();
     if (headless) glfwWindowHint(GLFW_VISIBLE, GLFW_FALSE);
+    if (maximised) glfwWindowHint(GLFW_MAXIMIZED, GLFW_TRUE);
     window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
     glsl = "#version 130";
   }
   if (!window) fail("cannot create an OpenGL 3 window", 2);
+  if (!headless) say_window(a, window, maximised);
   glfwMakeContextCurrent(window);
   glfwSwapInterval(1);
 
   ImGui::CreateContext();
   ImGui::GetIO().IniFilename = nullptr;
   fonts(app);
-  style(1.0f);
+  use_app_style();
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init(glsl);
   return window;
@@ -376,9 +412,11 @@ int run(const Args& a) {
     return 0;
   }
   if (a.bench) return bench();
-  int width = 1600, height = 1000;
+  int width = kDesignWidth, height = kDesignHeight;
   parse_size(a.size, width, height);
   const bool headless = !a.screenshot.empty();
+  if (headless && !a.size_given && a.scale > 0)  // the default picture at the scale asked for
+    width = int(std::lround(kDesignWidth * a.scale)), height = int(std::lround(kDesignHeight * a.scale));
   if (a.verify && !headless) fail("--verify checks a screenshot: give --screenshot FILE.png");
   if (headless) {  // before the scenario is recorded; a picture over a trace or model file would destroy it
     std::vector<NamedPath> inputs = {{"--calibration", a.calibration}};
@@ -414,7 +452,7 @@ int run(const Args& a) {
          ": that is the end of the run, where nothing is left to play");
   const ImVec2 mouse = mouse_position(a, width, height);
 
-  GLFWwindow* window = open_window(app, width, height, headless);
+  GLFWwindow* window = open_window(app, a, width, height, headless);
   int code = 0;
   if (headless)
     code = write_screenshot(app, a, width, height, mouse);
@@ -459,7 +497,14 @@ int main(int argc, char** argv) {
   cli.add_option("--frames", a.frames, "Screenshot: frames to render before writing (default 3)")
       ->check(kvscope::cli::number_check(1, false, 100000, "1..100000"))
       ->needs(shot);
-  cli.add_option("--size", a.size, "WIDTHxHEIGHT in pixels of the window or the screenshot (default 1600x1000)");
+  CLI::Option* size = cli.add_option(
+      "--size", a.size,
+      "WIDTHxHEIGHT in pixels of the window or the screenshot (default 1600x1000 at the UI scale; a window that "
+      "would not fit the screen opens maximised)");
+  cli.add_option("--scale", a.scale,
+                 "UI scale: text and spacing this many times their size (default: the desktop's scaling, e.g. 2 on "
+                 "a 4K screen at 200%, for a window; 1 for a screenshot)")
+      ->check(kvscope::cli::number_check(kMinScale, false, kMaxScale, "0.5..4"));
   cli.add_option("--at", a.at,
                  "Where the clock stands: end (a screenshot's default), start, round:K (after round K), event:N, "
                  "P% (of the run), compacting:T[:K] (the K-th compaction batch, sliding, T in 0..1); the window "
@@ -478,6 +523,7 @@ int main(int argc, char** argv) {
   try {
     kvscope::cli::check_option_values(cli, argc, argv);
     cli.parse(argc, argv);
+    a.size_given = size->count() > 0;
     // These two do nothing else: another option beside them would be ignored.
     for (const char* alone : {"--list-scenarios", "--bench-frame"})
       if (cli.count(alone))

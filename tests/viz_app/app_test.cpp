@@ -59,6 +59,22 @@ class HeadlessApp : public testing::Test {
   void TearDown() override {
     gate->open_all();  // a recording a failed test left waiting ends (App's future waits for it)
     ImGui::DestroyContext();
+    set_ui_scale(1);
+  }
+
+  // The UI at `scale`, as kvscope-viz sets it up: the font that size (here ImGui's
+  // built-in one, 13 px at scale 1) and the app's style at that scale.
+  void use_scale(float scale) {
+    set_ui_scale(scale);
+    ImGuiIO& io = ImGui::GetIO();
+    io.Fonts->Clear();
+    ImFontConfig config;
+    config.SizePixels = 13 * scale;
+    io.Fonts->AddFontDefault(&config);
+    unsigned char* pixels = nullptr;
+    int w = 0, h = 0;
+    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
+    use_app_style();
   }
 
   // The background recordings wait at this gate until finish_recording() lets the next
@@ -433,6 +449,40 @@ TEST_F(HeadlessApp, ANarrowWindowStacksTheViews) {
     } else {
       EXPECT_EQ(right.origin.x, left.origin.x);
       EXPECT_GT(right.origin.y, left.slot_max(left.blocks - 1, 0).y);
+    }
+  }
+}
+
+// On a screen of twice the density (a 4K laptop at 200%), at --scale 2 in a window of
+// twice the pixels, the app is laid out as at scale 1, twice as large: the views at
+// twice the distances, the same columns of blocks, slots twice as large; side by side
+// and stacked alike. Before the scale, its fixed sizes (the 330-pixel panel, the
+// charts' margins) stayed put while the text doubled.
+TEST_F(HeadlessApp, AtTwiceTheScaleTheLayoutIsTheSameTwiceAsLarge) {
+  app.load(scenario("blog-1k-random"));
+  for (const ImVec2 window : {ImVec2{1600, 1000}, ImVec2{800, 600}}) {
+    SCOPED_TRACE(std::to_string(int(window.x)) + "x" + std::to_string(int(window.y)) + " at scale 1");
+    std::vector<PoolGeometry> at_1, at_2;
+    for (const float scale : {1.0f, 2.0f}) {
+      use_scale(scale);
+      ImGui::GetIO().DisplaySize = {window.x * scale, window.y * scale};
+      frame();
+      frame();
+      (scale == 1 ? at_1 : at_2) = {app.pools[0], app.pools[1]};
+    }
+    EXPECT_EQ(at_1[1].origin.x == at_1[0].origin.x, window.x == 800) << "stacked in the narrow window only";
+    for (size_t v = 0; v < 2; ++v) {
+      SCOPED_TRACE("view " + std::to_string(v) + ": " + where(at_1[v]) + " at scale 1, " + where(at_2[v]) + " at 2");
+      // To the pixel: ImGui's built-in font at 26 px is its 13 px font twice as large,
+      // but separators and borders are one pixel at every scale, and rows of blocks
+      // are whole pixels (a pool a pixel taller can fit a pixel taller rows).
+      EXPECT_EQ(at_2[v].columns, at_1[v].columns);
+      EXPECT_NEAR(at_2[v].origin.x, 2 * at_1[v].origin.x, 2);
+      EXPECT_NEAR(at_2[v].origin.y, 2 * at_1[v].origin.y, 2);
+      EXPECT_NEAR(at_2[v].slot_w, 2 * at_1[v].slot_w, 1);
+      EXPECT_NEAR(at_2[v].slot_h, 2 * at_1[v].slot_h, 1);
+      EXPECT_EQ(at_2[v].gap_x, 2 * at_1[v].gap_x);  // between blocks, and under rows
+      EXPECT_EQ(at_2[v].gap_y, 2 * at_1[v].gap_y);
     }
   }
 }
