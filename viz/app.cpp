@@ -193,6 +193,18 @@ void App::draw_headline() {
   ImGui::PopStyleColor();
 }
 
+PanelHeights panel_heights(float rest, float spacing, bool stacked) {
+  PanelHeights h;
+  h.strip = std::max(px(70), rest * 0.13f);
+  h.charts = std::max(px(150), rest * 0.25f);
+  h.pools = rest - h.strip - h.charts - 2 * spacing;
+  if (h.pools >= rest * (stacked ? 0.6f : 0.5f)) return h;
+  h.strip = std::min(px(70), rest * 0.2f);  // too short for all three: no charts
+  h.charts = 0;
+  h.pools = rest - h.strip - spacing;
+  return h;
+}
+
 void App::frame(float dt) {
   adopt_a_finished_recording();
   hovered = hover;
@@ -225,11 +237,6 @@ void App::frame(float dt) {
   ImGui::BeginChild("main", {0, avail.y}, false, ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
   const float width = ImGui::GetContentRegionAvail().x;
   draw_transport(*this, width);
-  const float rest = ImGui::GetContentRegionAvail().y;
-  const float spacing = ImGui::GetStyle().ItemSpacing.y;
-  const float charts_h = std::max(px(150), rest * 0.25f);
-  const float seq_h = std::max(px(70), rest * 0.13f);
-  const float pool_h = rest - charts_h - seq_h - 2 * spacing;
   // Two views side by side while each is as wide as its header needs; in a narrower
   // window (a projector's, a window beside a terminal) one above the other.
   const int views = session->views();
@@ -237,16 +244,18 @@ void App::frame(float dt) {
   float needed = 0;
   for (int v = 0; v < views; ++v) needed = std::max(needed, pool_min_width(*session, v));
   const bool stacked = views > 1 && (width - gap) / 2 < needed;
+  const float spacing = ImGui::GetStyle().ItemSpacing.y;
+  const PanelHeights h = panel_heights(ImGui::GetContentRegionAvail().y, spacing, stacked);
   for (int v = 0; v < views; ++v) {
     if (stacked) {
-      draw_pool(*this, v, {width, (pool_h - spacing * float(views - 1)) / float(views)});
+      draw_pool(*this, v, {width, (h.pools - spacing * float(views - 1)) / float(views)});
     } else {
       if (v > 0) ImGui::SameLine(0, gap);
-      draw_pool(*this, v, {(width - gap * float(views - 1)) / float(views), pool_h});
+      draw_pool(*this, v, {(width - gap * float(views - 1)) / float(views), h.pools});
     }
   }
-  draw_sequence(*this, {width, seq_h});
-  draw_charts(*this, {width, charts_h});
+  draw_sequence(*this, {width, h.strip});
+  if (h.charts > 0) draw_charts(*this, {width, h.charts});
   ImGui::EndChild();
   ImGui::End();
 }

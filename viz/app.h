@@ -134,6 +134,16 @@ class App {
   void draw_headline();
 };
 
+// How App::frame shares the height below the transport bar (pixels) among the pools,
+// the sequence strip and the charts: 13% to the strip and 25% to the charts, at least
+// 70 and 150 px, the rest to the pools. The pools are what the app is for: where that
+// would leave them less than half (three fifths when stacked: two headers), as in a
+// 1024x600 window, the charts are left out (0) and the strip takes at most 70 px.
+struct PanelHeights {
+  float pools = 0, strip = 0, charts = 0;
+};
+PanelHeights panel_heights(float rest, float spacing, bool stacked);
+
 // The views (each in its own file).
 void draw_controls(App& app, ImVec2 size);
 void draw_transport(App& app, float width);

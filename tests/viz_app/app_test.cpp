@@ -370,6 +370,34 @@ TEST_F(HeadlessApp, TheHeadlineSaysWhatEachRunEvictedAndFreed) {
   EXPECT_EQ(app.headline(), "serve-model: " + averaged(0, "holes") + " vs " + averaged(1, "compact"));
 }
 
+// The height below the transport bar, shared: in a window of 1600x1000 the strip and
+// the charts take 13% and 25% (at least 70 and 150 px). In a short one (1024x600; a
+// 1080p screen at 200%) they once kept those floors and left the pools a strip of
+// blocks 40 px high under their headers; now the pools keep half (three fifths when
+// stacked) and the charts go.
+TEST(PanelHeights, ThePoolsKeepHalfTheHeightAndTheChartsGoFirst) {
+  const float spacing = 5;
+  const PanelHeights tall = panel_heights(840, spacing, false);
+  EXPECT_FLOAT_EQ(tall.strip, 840 * 0.13f);
+  EXPECT_FLOAT_EQ(tall.charts, 840 * 0.25f);
+  const PanelHeights mid = panel_heights(530, spacing, false);  // 1024x700
+  EXPECT_FLOAT_EQ(mid.strip, 70);
+  EXPECT_FLOAT_EQ(mid.charts, 150);
+  EXPECT_FLOAT_EQ(mid.pools, 530 - 70 - 150 - 2 * spacing);
+  const PanelHeights stacked = panel_heights(530, spacing, true);  // two headers: no room for the charts
+  EXPECT_EQ(stacked.charts, 0);
+  EXPECT_FLOAT_EQ(stacked.strip, 70);
+  EXPECT_FLOAT_EQ(panel_heights(200, spacing, false).strip, 40);  // at most a fifth
+  for (const bool two_rows : {false, true})
+    for (float rest = 100; rest < 2000; rest += 7) {
+      SCOPED_TRACE(std::to_string(rest) + (two_rows ? " stacked" : " side by side"));
+      const PanelHeights h = panel_heights(rest, spacing, two_rows);
+      EXPECT_GE(h.pools, rest * (two_rows ? 0.6f : 0.5f));
+      EXPECT_TRUE(h.charts == 0 || h.charts >= 150) << h.charts;
+      EXPECT_NEAR(h.pools + h.strip + h.charts + spacing * (h.charts > 0 ? 2 : 1), rest, 1e-3);
+    }
+}
+
 // Every scenario, at its start, a quarter in, mid-slide, at its end and playing, with
 // the mouse on a slot (its tooltip), in a large window, a narrow one and one narrower
 // still (the views one above the other): each frame completes (Dear ImGui asserts on
