@@ -123,22 +123,35 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::Text("%s", view_title(t.run()).c_str());
   ImGui::PopStyleColor();
   ImGui::SameLine();
+  // The numbers grow as the run plays. Where a line at its widest (every block in use,
+  // "100.0%", every move made; digits are all one width) would not fit, it breaks at
+  // its "|" from the start: a line that wrapped midway moved the pools down a line.
+  const auto bar = [right](const std::string& widest) {
+    const bool fits = ImGui::GetCursorPosX() + ImGui::CalcTextSize(widest.c_str()).x <= right;
+    return std::string(fits ? "  |  " : "\n");
+  };
   // Freed is of the full cache's blocks (the same sequences with no eviction), not of
   // the pool's: the two differ while sequences are still growing, or when they share it.
+  const auto freed = [](const std::string& share, int64_t of) {  // not "18" on one line, "freed" the next
+    return share + " of the full cache's " + nowrap(commas(of) + " freed");
+  };
+  const int blocks = t.occupancy().num_blocks();
   const std::string in_use = in_use_text(c.blocks_in_use, c.bytes_per_block());
-  if (c.all_released())
-    text_wrapped(" " + in_use + "  |  every sequence released", right);
-  else
-    text_wrapped(" " + in_use + "  |  " + percent(c.blocks_freed_fraction()) + " of the full cache's " +
-                     nowrap(commas(c.full_cache_blocks) + " freed"),  // not "18" on one line, "freed" the next
-                 right);
+  const std::string most = in_use_text(blocks, c.bytes_per_block());
+  std::string numbers = " " + in_use;
+  numbers += bar(" " + most + "  |  " + freed("100.0%", std::max<int64_t>(blocks, c.full_cache_blocks)));
+  numbers += c.all_released() ? "every sequence released"
+                              : freed(percent(c.blocks_freed_fraction()), c.full_cache_blocks);
+  text_wrapped(numbers, right);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  const std::string moved =
-      c.moved ? "moved " + bytes(double(c.bytes_moved())) + " (" + commas(c.moved) + (c.moved == 1 ? " slot)" : " slots)")
-              : "no bytes moved";
-  text_wrapped("a pool of " + commas(t.occupancy().num_blocks()) + " blocks of " +
-                   plural(t.occupancy().block_size(), "slot") + "  |  " + nowrap(moved),
-               right);
+  const auto moved = [](const std::string& amount, int64_t slots) {
+    return nowrap(slots ? "moved " + amount + " (" + commas(slots) + (slots == 1 ? " slot)" : " slots)")
+                        : "no bytes moved");
+  };
+  std::string pool = "a pool of " + commas(blocks) + " blocks of " + plural(t.occupancy().block_size(), "slot");
+  pool += bar(pool + "  |  " + moved("8.88 MB", int64_t(t.moves())));
+  pool += moved(bytes(double(c.bytes_moved())), c.moved);
+  text_wrapped(pool, right);
   // The phase changes as the run plays ("writing tokens", "round 1: compacting,
   // survivors slide forward"): on a line of its own, its length cannot wrap the
   // line above and move the pool below.
