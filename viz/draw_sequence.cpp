@@ -199,11 +199,13 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
   }
   ImGui::Dummy({width, y - start.y});
   // While playing, follow the writing: scroll so the newest written row sits two rows
-  // above the strip's bottom. start is on screen, so newest_y - start.y is the row's
-  // place in the content, already net of the current scroll.
+  // above the strip's bottom (a strip of one line, in a short window: on that line).
+  // start is on screen, so newest_y - start.y is the row's place in the content,
+  // already net of the current scroll.
   const float view_top = ImGui::GetWindowPos().y;
   app.strip = {app.session->playing, newest_y, newest_y + line_h, view_top, view_top + ImGui::GetWindowSize().y};
-  if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - view_h + 2 * line_h));
+  const float rows_up = std::min(view_h, 2 * line_h);
+  if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - view_h + rows_up));
   ImGui::EndChild();
   // The part of a line left over, so that what follows starts where it would have.
   const float left_over = area.y - view_h - ImGui::GetStyle().ItemSpacing.y;
@@ -230,13 +232,22 @@ void draw_sequence(App& app, ImVec2 size) {
     why = "(" + shown + "; the other wrote or evicted other tokens)";
   }
   // The counts and the reason on the title's line when they fit there; in a narrow
-  // window, the reason goes on the next line.
+  // window, the reason goes on the lines below, unless that would leave the strip less
+  // than two lines of tokens (a short window): then it is the counts' tooltip.
   const std::string line = counts + " " + why;
   const bool fits = fits_after_last_item(ImGui::CalcTextSize(line.c_str()).x);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   ImGui::SameLine();
   text_wrapped(fits ? line : counts, right);
-  if (!fits) text_wrapped(why, right);
+  if (!fits) {
+    const float why_h = ImGui::CalcTextSize(why.c_str(), nullptr, false, right - ImGui::GetCursorPosX()).y +
+                        ImGui::GetStyle().ItemSpacing.y;
+    const float strip_left = top + size.y - ImGui::GetCursorScreenPos().y - why_h;  // for the tokens, below it
+    if (strip_left >= 2 * (ImGui::GetTextLineHeight() + px(4)))
+      text_wrapped(why, right);
+    else if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s", why.c_str());
+  }
   ImGui::PopStyleColor();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(px(10), size.y - (origin.y - top))};

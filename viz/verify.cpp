@@ -6,7 +6,7 @@
 // of that view, not from the drawing code. Any slot that disagrees is reported.
 // A view whose compaction is sliding in the frame is named and not checked (a frame
 // where every view slides fails: nothing was checked). While playing, the sequence
-// strip's text must show the newest written token.
+// strip's text must show the newest written token, inside the picture.
 #include <climits>
 #include <cmath>
 
@@ -94,18 +94,22 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::str
          (wrong ? commas(wrong) + " slots differ" + first : std::string("all match")) + "\n";
 }
 
-// While playing, the sequence strip must show its newest written token on whole lines.
-std::string verify_strip(const App::StripFollow& strip, bool& ok) {
+// While playing, the sequence strip must show its newest written token on whole lines,
+// inside the picture (a strip pushed past the window's bottom shows nothing).
+std::string verify_strip(const App::StripFollow& strip, int height, bool& ok) {
   const bool shown = strip.newest_top >= strip.view_top && strip.newest_bottom <= strip.view_bottom;
   const float lines = (strip.view_bottom - strip.view_top) / (strip.newest_bottom - strip.newest_top);
   const bool whole = std::fabs(lines - std::round(lines)) < 0.01f;  // no line cut in half at the bottom
-  if (!shown || !whole) ok = false;
+  const bool inside = strip.view_top >= 0 && strip.view_bottom <= float(height);
+  if (!shown || !whole || !inside) ok = false;
   const auto y = [](float v) { return std::to_string(int(v)); };
   return std::string("verify: the sequence strip ") +
          (shown ? "shows its newest written token"
                 : "does not show its newest written token (its row is at y " + y(strip.newest_top) +
                       ", the strip shows y " + y(strip.view_top) + " to " + y(strip.view_bottom) + ")") +
-         (whole ? "" : "; it is " + fmt("%.2f", lines) + " lines tall, not a whole number") + "\n";
+         (whole ? "" : "; it is " + fmt("%.2f", lines) + " lines tall, not a whole number") +
+         (inside ? "" : "; it ends at y " + y(strip.view_bottom) + ", past the picture's bottom at " + y(float(height))) +
+         "\n";
 }
 
 }  // namespace
@@ -132,7 +136,7 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
     ok = false;
     report += "verify: every view is sliding in this frame: nothing to check (choose another --at or --frames)\n";
   }
-  if (strip.following) report += verify_strip(strip, ok);
+  if (strip.following) report += verify_strip(strip, height, ok);
   return report;
 }
 
