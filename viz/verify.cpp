@@ -108,7 +108,8 @@ std::string verify_strip(const App::StripFollow& strip, int height, bool& ok) {
                 : "does not show its newest written token (its row is at y " + y(strip.newest_top) +
                       ", the strip shows y " + y(strip.view_top) + " to " + y(strip.view_bottom) + ")") +
          (whole ? "" : "; it is " + fmt("%.2f", lines) + " lines tall, not a whole number") +
-         (inside ? "" : "; it ends at y " + y(strip.view_bottom) + ", past the picture's bottom at " + y(float(height))) +
+         (inside ? "" : "; it ends at y " + y(strip.view_bottom) + ", past the picture's bottom at " +
+                            y(float(height))) +
          "\n";
 }
 
