@@ -1,6 +1,6 @@
 # A ';' in a test's PASS_REGULAR_EXPRESSION (or FAIL_REGULAR_EXPRESSION) makes CMake
 # read the value as a list of expressions, any one of which decides: "given 2 times;
-# it takes one value" passed on either half alone, and four such checks were weaker
+# it takes one value" passed on either half alone, and five such checks were weaker
 # than they read. Write a ';' in an expression as [;]. This script fails on any other
 # in the CMake files under SOURCE_DIR (fixtures/ and build trees aside).
 #   cmake -DSOURCE_DIR=DIR -P tests/regex_lists.cmake

@@ -43,6 +43,11 @@ namespace {
 constexpr float kMinScale = 0.5f, kMaxScale = 4.0f;  // --scale
 constexpr int kDesignWidth = 1600, kDesignHeight = 1000;  // the default window and picture at scale 1
 
+// The default window or picture at `scale`: 1600x1000 times it, in whole pixels.
+void design_size(float scale, int& width, int& height) {
+  width = int(std::lround(kDesignWidth * scale)), height = int(std::lround(kDesignHeight * scale));
+}
+
 struct Args {
   std::string scenario;
   std::vector<std::string> traces;  // recorded runs to show instead of a scenario
@@ -261,7 +266,7 @@ float monitor_scale() {
 // 1366x768 laptop; 1440x900 at twice the scale). Returns whether it was cut: such a
 // window opens maximised, as a window that fills the screen should.
 bool window_size_for_screen(int& width, int& height) {
-  width = int(std::lround(px(kDesignWidth))), height = int(std::lround(px(kDesignHeight)));
+  design_size(ui_scale(), width, height);
   int x = 0, y = 0, w = 0, h = 0;
   if (GLFWmonitor* m = glfwGetPrimaryMonitor()) glfwGetMonitorWorkarea(m, &x, &y, &w, &h);
   if (w <= 0 || h <= 0 || (width <= w && height <= h)) return false;
@@ -275,7 +280,10 @@ void say_window(const Args& a, GLFWwindow* window, bool maximised) {
   glfwGetWindowSize(window, &width, &height);
   std::printf("kvscope-viz: window %dx%d, UI scale %s (%s)", width, height, fmt("%g", ui_scale()).c_str(),
               a.scale > 0 ? "--scale" : "the desktop's scaling; --scale sets it");
-  if (maximised) std::printf("; maximised: %.0fx%.0f does not fit the screen", px(kDesignWidth), px(kDesignHeight));
+  if (maximised) {
+    design_size(ui_scale(), width, height);
+    std::printf("; maximised: %dx%d does not fit the screen", width, height);
+  }
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -416,7 +424,7 @@ int run(const Args& a) {
   parse_size(a.size, width, height);
   const bool headless = !a.screenshot.empty();
   if (headless && !a.size_given && a.scale > 0)  // the default picture at the scale asked for
-    width = int(std::lround(kDesignWidth * a.scale)), height = int(std::lround(kDesignHeight * a.scale));
+    design_size(a.scale, width, height);
   if (a.verify && !headless) fail("--verify checks a screenshot: give --screenshot FILE.png");
   if (headless) {  // before the scenario is recorded; a picture over a trace or model file would destroy it
     std::vector<NamedPath> inputs = {{"--calibration", a.calibration}};
