@@ -1,8 +1,10 @@
-// The lines `kvscope generate` ends with: what eviction did under each memory
-// strategy. Only compaction moves K/V; the other two say why nothing moved
-// rather than print "compaction moved 0.00 MB" under a strategy that never compacts.
+// The lines `kvscope generate` ends with: how the weights are held, and what
+// eviction did under each memory strategy. Only compaction moves K/V; the other two
+// say why nothing moved rather than print "compaction moved 0.00 MB" under a
+// strategy that never compacts.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "run_kvscope.h"
@@ -12,6 +14,7 @@ namespace {
 
 using test::ProgramRun;
 using test::run_kvscope;
+using test::tiny_model;
 
 ProgramRun generate_with(const std::string& strategy) {
   return run_kvscope("generate --prompt hi -n 120 --temperature 0 --budget 64 --slack 16 --strategy " + strategy);
@@ -37,6 +40,45 @@ TEST(GenerateSummary, HolesAndReuseSayWhyNothingMoved) {
   EXPECT_NE(reuse.output.find("\n  nothing moved: under reuse new tokens fill the holes\n"), std::string::npos)
       << reuse.output;
   EXPECT_EQ(reuse.output.find("compaction moved"), std::string::npos) << reuse.output;
+}
+
+// The line "weights: matrices ..., X MB" of a run with --weights FORMAT: the text
+// before ", X MB", and X.
+struct WeightsLine {
+  std::string text;
+  double mb = 0;
+};
+
+WeightsLine weights_line(const std::string& model_flag, const std::string& format) {
+  const ProgramRun r = run_kvscope("generate " + model_flag + " --prompt hi -n 2 --weights " + format);
+  EXPECT_EQ(r.code, 0) << r.output;
+  const size_t start = r.output.find("\nweights: "), comma = r.output.rfind(", ", r.output.find(" MB\n", start));
+  if (start == std::string::npos || comma == std::string::npos || comma < start) {
+    ADD_FAILURE() << "no weights line in:\n" << r.output;
+    return {};
+  }
+  return {r.output.substr(start + 1, comma - start - 1), std::atof(r.output.c_str() + comma + 2)};
+}
+
+TEST(GenerateSummary, SaysHowTheWeightsAreHeld) {
+  // The bundled model is stored in BF16.
+  const WeightsLine stored = weights_line("", "stored"), f32 = weights_line("", "f32"), bf16 = weights_line("", "bf16");
+  EXPECT_EQ(stored.text, "weights: matrices in BF16 as stored");
+  EXPECT_EQ(f32.text, "weights: matrices stored in BF16, held in F32 (--weights f32)");
+  EXPECT_EQ(bf16.text, "weights: matrices in BF16 as stored (--weights bf16)");
+  EXPECT_GT(stored.mb, 0);
+  EXPECT_NEAR(f32.mb, 2 * stored.mb, 0.011);  // 4 bytes a weight against 2, each rounded to 0.01 MB
+  EXPECT_EQ(bf16.mb, stored.mb);
+
+  // F16 is widened to F32 even as stored; an F32 checkpoint can be rounded to BF16.
+  const std::string f16_model = "--model " + tiny_model("tiny-f16");
+  EXPECT_EQ(weights_line(f16_model, "stored").text, "weights: matrices stored in F16, held in F32");
+  EXPECT_EQ(weights_line(f16_model, "bf16").text, "weights: matrices stored in F16, held in BF16 (--weights bf16)");
+  const WeightsLine f32_as_stored = weights_line("--model " + tiny_model("tiny-untied"), "stored");
+  const WeightsLine f32_rounded = weights_line("--model " + tiny_model("tiny-untied"), "bf16");
+  EXPECT_EQ(f32_as_stored.text, "weights: matrices in F32 as stored");
+  EXPECT_EQ(f32_rounded.text, "weights: matrices stored in F32, held in BF16 (--weights bf16)");
+  EXPECT_NEAR(f32_rounded.mb, f32_as_stored.mb / 2, 0.006);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // kvscope generate: tokenize a prompt, run the model, stream the text.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -52,6 +53,31 @@ WeightFormat parse_weight_format(const std::string& s) {
   if (s == "f32") return WeightFormat::F32;
   if (s == "bf16") return WeightFormat::BF16;
   throw Error("--weights must be stored, f32 or bf16");
+}
+
+// The dtypes present, each once and always in the same order: "BF16", or "F32 and BF16"
+// for a mixed checkpoint.
+std::string dtype_list(const std::vector<DType>& dtypes) {
+  std::string out;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    if (std::find(dtypes.begin(), dtypes.end(), t) != dtypes.end())
+      out += (out.empty() ? "" : " and ") + std::string(dtype_name(t));
+  return out;
+}
+
+// How the weights' matrices were held, which sets the bytes each decode step reads:
+// "weights: matrices in BF16 as stored, 2.62 MB", "weights: matrices stored in BF16,
+// held in F32 (--weights f32), 5.24 MB" (F16 is always widened to F32).
+void print_weights(const Weights& w, const std::string& format) {
+  std::vector<DType> stored, held;
+  for (const auto& [name, t] : w.checkpoint->tensors())
+    if (t.shape.size() == 2) stored.push_back(t.dtype);  // the matrices; norms are vectors
+  for (const Matrix* m : w.matrices()) held.push_back(m->dtype);
+  const std::string in = dtype_list(stored) == dtype_list(held)
+                             ? "in " + dtype_list(held) + " as stored"
+                             : "stored in " + dtype_list(stored) + ", held in " + dtype_list(held);
+  const std::string asked = format == "stored" ? "" : " (--weights " + format + ")";
+  std::fprintf(stderr, "weights: matrices %s%s, %.2f MB\n", in.c_str(), asked.c_str(), w.matrix_bytes() / 1e6);
 }
 
 // What eviction did, in the numbers the project is about. Without eviction
@@ -257,6 +283,7 @@ void run_generate(const GenerateArgs& a) {
                stats.stopped ? " (stopped at end of sequence)" : "");
   // Said from the engine that ran, not from --device: a fall-back to the CPU would show.
   if (stats.backend != "cpu") std::fprintf(stderr, "device: the model ran on the %s backend\n", stats.backend.c_str());
+  print_weights(model.weights, a.weights);
   print_cache_stats(stats.cache, a);
 
   if (!a.trace.empty()) {

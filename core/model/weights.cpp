@@ -15,12 +15,17 @@
 
 namespace kvscope {
 
-size_t Weights::matrix_bytes() const {
-  size_t total = embed.bytes();
+std::vector<const Matrix*> Weights::matrices() const {
+  std::vector<const Matrix*> all = {&embed};
   for (const LayerWeights& l : layers)
-    for (const Matrix* m : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
-      total += m->bytes();
-  if (lm_head.data != embed.data) total += lm_head.bytes();
+    all.insert(all.end(), {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj});
+  if (lm_head.data != embed.data) all.push_back(&lm_head);
+  return all;
+}
+
+size_t Weights::matrix_bytes() const {
+  size_t total = 0;
+  for (const Matrix* m : matrices()) total += m->bytes();
   return total;
 }
 

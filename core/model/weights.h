@@ -50,6 +50,7 @@ struct Weights {
   const float* final_norm = nullptr;  // [hidden]         model.norm
   Matrix lm_head;                     // [vocab, hidden]  the embedding itself when tied
 
+  std::vector<const Matrix*> matrices() const;  // every matrix once (lm_head not again when tied)
   size_t matrix_bytes() const;        // bytes of all matrices (lm_head once even if tied)
   size_t decode_bytes() const;        // bytes of them one decode step reads (an untied embedding: one row)
 
