@@ -57,6 +57,16 @@ struct PoolGeometry {
 // The columns that make slots as large as possible in `size`.
 PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size);
 
+// A fading flash over one slot: an event of the last moment (written, evicted, moved),
+// drawn over the slot's own colour. The colour's alpha says how strong: newer, stronger.
+struct SlotFlash {
+  int block = 0, slot = 0;
+  uint32_t colour = 0;
+};
+// View `view`'s slot flashes in this frame, in the order they are drawn (oldest first):
+// each event of [Session::flash_from, cursor) whose slot still shows its result.
+std::vector<SlotFlash> slot_flashes(const Session& s, int view);
+
 class App {
  public:
   explicit App(ModelSource model);
@@ -90,8 +100,9 @@ class App {
 
   // --verify: reads the pixels of the last frame (RGBA, top row first) back
   // into slot classes (free, live, hole) by the palette, and compares them with
-  // the replayed occupancy of every pool view; while playing, also that the sequence
-  // strip shows its newest written token. Returns a report; ok = no mismatch.
+  // the replayed occupancy of every pool view (a slot under fading flashes: with them
+  // blended off); while playing, also that the sequence strip shows the newest written
+  // token it scrolled to. Returns a report; ok = no mismatch.
   std::string verify(const std::vector<uint8_t>& rgba, int width, int height, bool& ok) const;
 
   // State the draw_*.cpp functions read and write.
@@ -114,12 +125,18 @@ class App {
   std::string error;      // the last recording's failure, shown until the next one
   Hover hover, hovered;   // this frame's, the last frame's
   PoolGeometry pools[2];
-  // The sequence strip's text view while playing, last frame (screen y): the row of
-  // the newest written token, and the part of the strip on screen. --verify checks
-  // that the first lies inside the second (the strip follows the writing).
+  // The sequence strip's text view while playing, last frame (screen y). Each frame it
+  // scrolls to the newest written token, and ImGui applies a scroll on the next frame:
+  // so a frame shows the token the frame before scrolled to (the newest then). --verify
+  // checks that that token's row lies inside the part of the strip on screen.
   struct StripFollow {
-    bool following = false;  // text view drawn while playing
-    float newest_top = 0, newest_bottom = 0, view_top = 0, view_bottom = 0;
+    bool following = false;       // text view drawn while playing
+    bool followed = false;        // and on the frame before, not its first: it has scrolled
+    int frames = 0;               // frames in a row the text view was drawn
+    int seq = -1;                 // the newest written token, scrolled to
+    int64_t pos = -1;
+    float target_top = 0, target_bottom = 0;  // the row of the token the frame before scrolled to
+    float view_top = 0, view_bottom = 0;      // the strip's part on screen
   } strip;
   // The pools' headers: the tallest drawn since the run was shown at this view width
   // (pixels); both pools start that far down, and stay there when a header gets shorter.

@@ -83,10 +83,50 @@ PoolGeometry layout_pool(int blocks, int block_size, ImVec2 origin, ImVec2 size)
 
 // ---- drawing ----------------------------------------------------------------------
 
-namespace {
-
 // Up to this many of the latest events flash (a long jump flashes only its end).
 constexpr size_t kMaxFlash = 3000;
+
+namespace {
+
+// How strongly the event i of the flashing events [from, now) shows: the newest 0.85.
+float flash_strength(size_t i, size_t from, size_t now) {
+  return 0.25f + 0.6f * float(i - from + 1) / float(now - from);
+}
+
+// The first event that flashes in view i.
+size_t flash_begin(const Session& s, int view) {
+  const size_t now = s.view(view).cursor();
+  return std::max(s.flash_from(view), now > kMaxFlash ? now - kMaxFlash : 0);
+}
+
+}  // namespace
+
+std::vector<SlotFlash> slot_flashes(const Session& s, int view) {
+  const Timeline& t = s.view(view);
+  const Occupancy& occ = t.occupancy();
+  const size_t from = flash_begin(s, view), now = t.cursor();
+  std::vector<SlotFlash> out;
+  for (size_t i = from; i < now; ++i) {
+    const Event& e = t.event(i);
+    uint32_t colour = 0;  // none: not a slot's event, or the slot no longer shows it
+    switch (e.kind) {
+      case EventKind::SlotWritten:
+        if (occ.position(e.block, e.slot) == e.pos) colour = palette::kWritten;
+        break;
+      case EventKind::SlotEvicted:
+        if (occ.owner(e.block) >= 0 && occ.position(e.block, e.slot) == kEmpty) colour = palette::kEvicted;
+        break;
+      case EventKind::SlotMoved:
+        if (occ.position(e.block, e.slot) == e.pos) colour = palette::kMoving;
+        break;
+      default: break;
+    }
+    if (colour) out.push_back({e.block, e.slot, palette::alpha(colour, flash_strength(i, from, now))});
+  }
+  return out;
+}
+
+namespace {
 
 // The live tokens' scores, sampled, to fit the shading to this frame's range.
 std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t want) {
@@ -250,35 +290,16 @@ void draw_slot_edges(ImDrawList* dl, const PoolGeometry& g, const Occupancy& occ
     }
 }
 
-// What just happened, fading: the events [from, cursor), newer ones brighter; each
-// only while the slot or block still shows its result.
-void draw_flashes(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, size_t from) {
+// A block just given back to the pool: a fading outline, over the blocks of [from, cursor).
+void draw_freed_blocks(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, size_t from) {
   const Occupancy& occ = t.occupancy();
   const size_t now = t.cursor();
   for (size_t i = from; i < now; ++i) {
     const Event& e = t.event(i);
-    const float a = 0.25f + 0.6f * float(i - from + 1) / float(now - from);
-    switch (e.kind) {
-      case EventKind::SlotWritten:
-        if (occ.position(e.block, e.slot) == e.pos)
-          dl->AddRectFilled(g.slot_min(e.block, e.slot), g.slot_max(e.block, e.slot), palette::alpha(palette::kWritten, a));
-        break;
-      case EventKind::SlotEvicted:
-        if (occ.owner(e.block) >= 0 && occ.position(e.block, e.slot) == kEmpty)
-          dl->AddRectFilled(g.slot_min(e.block, e.slot), g.slot_max(e.block, e.slot), palette::alpha(palette::kEvicted, a));
-        break;
-      case EventKind::SlotMoved:
-        if (occ.position(e.block, e.slot) == e.pos)
-          dl->AddRectFilled(g.slot_min(e.block, e.slot), g.slot_max(e.block, e.slot), palette::alpha(palette::kMoving, a));
-        break;
-      case EventKind::BlockFreed:
-        if (occ.owner(e.block) < 0)
-          dl->AddRect({g.slot_x(e.block, 0) - px(1), g.block_y(e.block) - px(1)},
-                      {g.slot_x(e.block, occ.block_size()) + px(1), g.block_y(e.block) + g.slot_h + px(1)},
-                      palette::alpha(palette::kFreedEdge, a), 0, 0, px(1));
-        break;
-      default: break;
-    }
+    if (e.kind != EventKind::BlockFreed || occ.owner(e.block) >= 0) continue;
+    dl->AddRect({g.slot_x(e.block, 0) - px(1), g.block_y(e.block) - px(1)},
+                {g.slot_x(e.block, occ.block_size()) + px(1), g.block_y(e.block) + g.slot_h + px(1)},
+                palette::alpha(palette::kFreedEdge, flash_strength(i, from, now)), 0, 0, px(1));
   }
 }
 
@@ -350,8 +371,11 @@ void draw_pool(App& app, int view, ImVec2 size) {
 
   draw_blocks(dl, g, t, scores, leaving);
   draw_slot_edges(dl, g, occ);
-  const size_t now = t.cursor();
-  if (g.slot_w >= 1.0f) draw_flashes(dl, g, t, std::max(s.flash_from(view), now > kMaxFlash ? now - kMaxFlash : 0));
+  if (g.slot_w >= 1.0f) {  // what just happened, fading
+    for (const SlotFlash& f : slot_flashes(s, view))
+      dl->AddRectFilled(g.slot_min(f.block, f.slot), g.slot_max(f.block, f.slot), f.colour);
+    draw_freed_blocks(dl, g, t, flash_begin(s, view));
+  }
   if (slide) draw_slide(dl, g, t, *slide, s.slide_progress());
 
   // The token under the mouse (in any view, last frame): outlined here too.

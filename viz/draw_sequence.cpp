@@ -166,7 +166,9 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 start = ImGui::GetCursorScreenPos();
   const float width = ImGui::GetContentRegionAvail().x;
-  float x = start.x, y = start.y, newest_y = y;
+  float x = start.x, y = start.y, newest_y = y, target_y = y;
+  int newest_seq = -1;
+  int64_t newest_pos = -1;
   const ImVec2 m = ImGui::GetIO().MousePos;
   const bool window_hovered = ImGui::IsWindowHovered();
   const std::vector<int64_t>& lengths = t.final_lengths();
@@ -181,8 +183,9 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
       if (st != State::Future) {
         const uint32_t bg = st == State::Live ? palette::shade(colour_of(st, k, pos, scores), 0.55f) : palette::kSeqEvicted;
         dl->AddRectFilled(a, b, bg, px(2));
-        newest_y = y;
+        newest_y = y, newest_seq = k, newest_pos = pos;
       }
+      if (k == app.strip.seq && pos == app.strip.pos) target_y = y;
       dl->AddText({x + px(2), y + px(2)}, st == State::Live ? palette::kText : palette::kTextDim, text);
       if (st == State::Evicted)
         dl->AddLine({x + px(1), y + line_h / 2}, {b.x - px(1), y + line_h / 2}, palette::alpha(palette::kEvicted, 0.7f),
@@ -203,7 +206,15 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
   // start is on screen, so newest_y - start.y is the row's place in the content,
   // already net of the current scroll.
   const float view_top = ImGui::GetWindowPos().y;
-  app.strip = {app.session->playing, newest_y, newest_y + line_h, view_top, view_top + ImGui::GetWindowSize().y};
+  const float view_bottom = view_top + ImGui::GetWindowSize().y;
+  // The scroll set on the frame before shows now, unless that frame was the child's
+  // first: ImGui clamps it to the content it had measured then, none.
+  app.strip.followed &= app.strip.frames >= 2;
+  ++app.strip.frames;
+  app.strip.following = app.session->playing;
+  app.strip.seq = newest_seq, app.strip.pos = newest_pos;
+  app.strip.target_top = target_y, app.strip.target_bottom = target_y + line_h;
+  app.strip.view_top = view_top, app.strip.view_bottom = view_bottom;
   const float rows_up = std::min(view_h, 2 * line_h);
   if (app.session->playing) ImGui::SetScrollY(std::max(0.0f, newest_y - start.y - view_h + rows_up));
   ImGui::EndChild();
@@ -262,8 +273,11 @@ void draw_sequence(App& app, ImVec2 size) {
   }
   int64_t total = 0;
   for (int64_t n : t.final_lengths()) total += n;
+  app.strip.followed = app.strip.following;
   app.strip.following = false;
-  if (!t.run().token_text.empty() && total <= 4000) {
+  const bool text = !t.run().token_text.empty() && total <= 4000;
+  if (!text) app.strip.frames = 0;  // not drawn: counted again from when it is
+  if (text) {
     draw_text(app, t, scores, area);
   } else {
     draw_cells(app, t, scores, origin, area);

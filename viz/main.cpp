@@ -521,9 +521,11 @@ int main(int argc, char** argv) {
       ->needs(shot);
   cli.add_flag("--verify", a.verify,
                "Screenshot: read the PNG back and check every pool slot's colour against the replayed cache "
-               "(free, live, hole, not written yet; a view whose survivors are sliding is named, not checked, and a "
-               "frame with nothing to check fails) and, with --play, that the sequence strip shows the newest written "
-               "token on whole lines inside the picture; exit 1 on any mismatch")
+               "(free, live, hole, not written yet, with the fading flashes of what just happened blended off; a "
+               "view whose survivors are sliding is named, not checked, and a frame with nothing to check fails) "
+               "and, with --play, that the sequence strip shows the newest written token it scrolled to (as of the "
+               "frame before: a scroll shows a frame later) on whole lines inside the picture; exit 1 on any "
+               "mismatch")
       ->needs(shot);
   cli.add_option("--mouse", a.mouse, "Screenshot: put the mouse at X,Y (pixels) to show a tooltip and the highlights")
       ->needs(shot);

@@ -4,11 +4,17 @@
 // centre pixel) and classified by the palette: free, live (any owner's colour
 // at any shade), hole or unwritten room. The expected class comes from the replayed Occupancy
 // of that view, not from the drawing code. Any slot that disagrees is reported.
-// A view whose compaction is sliding in the frame is named and not checked (a frame
-// where every view slides fails: nothing was checked). While playing, the sequence
-// strip's text must show the newest written token, inside the picture.
-#include <climits>
+// A slot that flashes (an event of the last moment, fading: slot_flashes) is read
+// with its flashes blended off; one under flashes so bright that too little of its
+// colour shows is counted and not checked. A view whose compaction is sliding in the
+// frame is named and not checked (a frame where every view slides fails: nothing was
+// checked). While playing, the sequence strip's text must show the newest written
+// token it scrolled to, inside the picture.
+#include <array>
 #include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "app.h"
 #include "palette.h"
@@ -21,16 +27,40 @@ namespace {
 enum Class { kFreeSlot, kLiveSlot, kHoleSlot, kRoomSlot, kUnknown };
 const char* kClassNames[] = {"free", "live", "hole", "room", "unrecognised"};
 
-int distance(const uint8_t* p, uint32_t c) {
-  const int dr = int(p[0]) - int(c & 0xFF), dg = int(p[1]) - int((c >> 8) & 0xFF), db = int(p[2]) - int((c >> 16) & 0xFF);
-  return dr * dr + dg * dg + db * db;
+using Rgb = std::array<float, 3>;
+
+float channel(uint32_t c, int i) { return float((c >> (8 * i)) & 0xFF); }  // 0xAABBGGRR: i = 0 red, 1 green, 2 blue
+
+float distance(const Rgb& p, uint32_t c) {
+  float d = 0;
+  for (int i = 0; i < 3; ++i) d += (p[size_t(i)] - channel(c, i)) * (p[size_t(i)] - channel(c, i));
+  return d;
 }
 
-Class classify(const uint8_t* p) {
-  int best = INT_MAX;
+// A slot's colour under the flashes drawn over it (oldest first): each blended off,
+// newest first, as ImGui blended it on (pixel = a * flash + (1 - a) * below). `weight`
+// is the share of the pixel that colour still makes: the less, the more the pixel's
+// rounding to whole numbers is magnified.
+Rgb under_flashes(const uint8_t* pixel, const std::vector<uint32_t>& flashes, float& weight) {
+  Rgb p = {float(pixel[0]), float(pixel[1]), float(pixel[2])};
+  weight = 1;
+  for (size_t f = flashes.size(); f-- > 0;) {
+    const float a = channel(flashes[f], 3) / 255;
+    for (int i = 0; i < 3; ++i) p[size_t(i)] = (p[size_t(i)] - a * channel(flashes[f], i)) / (1 - a);
+    weight *= 1 - a;
+  }
+  return p;
+}
+
+// Below this share of its slot's colour, a pixel under flashes is not read: blending
+// off magnifies the pixel's rounding (half a unit) by 1 / weight.
+constexpr float kLeastReadable = 0.1f;
+
+Class classify(const Rgb& p) {
+  float best = INFINITY;
   Class out = kUnknown;
   auto consider = [&](uint32_t c, Class k) {
-    const int d = distance(p, c);
+    const float d = distance(p, c);
     if (d < best) best = d, out = k;
   };
   consider(palette::kFree, kFreeSlot);
@@ -46,8 +76,8 @@ Class classify(const uint8_t* p) {
 
 // One pool view's slots against its replayed occupancy: a line of the report, and ok
 // false on any mismatch or when the slots cannot be read back at this size.
-std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::string& name,
-                        const std::vector<uint8_t>& rgba, int width, int height, bool& ok) {
+std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vector<SlotFlash>& flashes,
+                        const std::string& name, const std::vector<uint8_t>& rgba, int width, int height, bool& ok) {
   const Occupancy& occ = t.occupancy();
   if (!g.drawn || g.slot_w < 2 || g.slot_h < 2) {
     ok = false;
@@ -64,7 +94,9 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::str
     return "verify: " + name + ": the pool does not fit the " + std::to_string(width) + "x" +
            std::to_string(height) + " picture (use a larger --size)\n";
   }
-  int64_t expected[5] = {}, seen[5] = {}, wrong = 0;
+  std::map<std::pair<int, int>, std::vector<uint32_t>> flashed;  // (block, slot) -> its flashes, oldest first
+  for (const SlotFlash& f : flashes) flashed[{f.block, f.slot}].push_back(f.colour);
+  int64_t expected[5] = {}, seen[5] = {}, wrong = 0, through = 0, unread = 0;  // slots read through flashes, not
   std::string first;
   for (int b = 0; b < occ.num_blocks(); ++b)
     for (int j = 0; j < occ.block_size(); ++j) {
@@ -74,10 +106,20 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::str
                          : occ.position(b, j) != kEmpty ? kLiveSlot
                          : t.used(b, j)                 ? kHoleSlot
                                                         : kRoomSlot;
-      Class got = kUnknown;
-      if (x >= 0 && y >= 0 && x < width && y < height)
-        got = classify(&rgba[(size_t(y) * size_t(width) + size_t(x)) * 4]);  // RGBA, top row first
       ++expected[want];
+      Class got = kUnknown;
+      if (x >= 0 && y >= 0 && x < width && y < height) {
+        const uint8_t* pixel = &rgba[(size_t(y) * size_t(width) + size_t(x)) * 4];  // RGBA, top row first
+        const auto f = flashed.find({b, j});
+        float weight = 1;
+        const Rgb colour = under_flashes(pixel, f == flashed.end() ? std::vector<uint32_t>{} : f->second, weight);
+        if (weight < kLeastReadable) {  // under fresh flashes: too little of the slot's colour shows
+          ++unread;
+          continue;
+        }
+        through += f != flashed.end();
+        got = classify(colour);
+      }
       ++seen[got];
       if (got != want) {
         if (wrong++ == 0)
@@ -90,22 +132,25 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::str
          commas(expected[kHoleSlot]) + " holes, " + commas(expected[kRoomSlot]) + " unwritten, " +
          commas(expected[kFreeSlot]) + " free slots; the image shows " + commas(seen[kLiveSlot]) + " live, " +
          commas(seen[kHoleSlot]) + " holes, " + commas(seen[kRoomSlot]) + " unwritten, " + commas(seen[kFreeSlot]) +
-         " free, " + commas(seen[kUnknown]) + " unrecognised: " +
+         " free, " + commas(seen[kUnknown]) + " unrecognised" +
+         (through ? " (" + commas(through) + " read through fading flashes)" : "") +
+         (unread ? "; " + commas(unread) + " under flashes too bright to read, not checked" : "") + ": " +
          (wrong ? commas(wrong) + " slots differ" + first : std::string("all match")) + "\n";
 }
 
-// While playing, the sequence strip must show its newest written token on whole lines,
-// inside the picture (a strip pushed past the window's bottom shows nothing).
+// While playing, the sequence strip must show the token it scrolled to (the newest
+// written token of the frame before) on whole lines, inside the picture (a strip pushed
+// past the window's bottom shows nothing).
 std::string verify_strip(const App::StripFollow& strip, int height, bool& ok) {
-  const bool shown = strip.newest_top >= strip.view_top && strip.newest_bottom <= strip.view_bottom;
-  const float lines = (strip.view_bottom - strip.view_top) / (strip.newest_bottom - strip.newest_top);
+  const bool shown = strip.target_top >= strip.view_top && strip.target_bottom <= strip.view_bottom;
+  const float lines = (strip.view_bottom - strip.view_top) / (strip.target_bottom - strip.target_top);
   const bool whole = std::fabs(lines - std::round(lines)) < 0.01f;  // no line cut in half at the bottom
   const bool inside = strip.view_top >= 0 && strip.view_bottom <= float(height);
   if (!shown || !whole || !inside) ok = false;
   const auto y = [](float v) { return std::to_string(int(v)); };
   return std::string("verify: the sequence strip ") +
-         (shown ? "shows its newest written token"
-                : "does not show its newest written token (its row is at y " + y(strip.newest_top) +
+         (shown ? "shows the newest written token it scrolled to"
+                : "does not show the newest written token it scrolled to (its row is at y " + y(strip.target_top) +
                       ", the strip shows y " + y(strip.view_top) + " to " + y(strip.view_bottom) + ")") +
          (whole ? "" : "; it is " + fmt("%.2f", lines) + " lines tall, not a whole number") +
          (inside ? "" : "; it ends at y " + y(strip.view_bottom) + ", past the picture's bottom at " +
@@ -131,13 +176,17 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
       ++sliding;
       continue;
     }
-    report += verify_pool(pools[v], t, name, rgba, width, height, ok);
+    report += verify_pool(pools[v], t, slot_flashes(*session, v), name, rgba, width, height, ok);
   }
   if (sliding == session->views()) {  // a check that checked nothing is not a pass
     ok = false;
     report += "verify: every view is sliding in this frame: nothing to check (choose another --at or --frames)\n";
   }
-  if (strip.following) report += verify_strip(strip, height, ok);
+  if (strip.following && !strip.followed)  // it shows where it stood
+    report += "verify: the sequence strip is not checked: no scroll it set shows yet (play began in this frame, "
+              "or the strip was first drawn in the one before)\n";
+  else if (strip.following)
+    report += verify_strip(strip, height, ok);
   return report;
 }
 
