@@ -19,13 +19,10 @@ struct Named {
   ModelConfig config;
 };
 
-static void chapter() {
-  std::vector<Named> models = {{"Qwen3-0.6B", "assets/configs/qwen3-0.6b-config.json", {}},
-                               {"Qwen3-32B", "assets/configs/qwen3-32b-config.json", {}}};
-  for (Named& m : models) m.config = load_config_file(repo_path(m.path));
-  const int kv_bits = 16;  // K and V in bf16, as the checkpoints store them
+const int kv_bits = 16;  // K and V in bf16, as the checkpoints store them
 
-  // 1. One token: K and V, at every layer, for every KV head.
+// 1. One token: K and V, at every layer, for every KV head.
+static void bytes_per_token(const std::vector<Named>& models) {
   std::printf("KV bytes per token = 2 (K and V) x layers x KV heads x head_dim x bytes per element\n");
   for (const Named& m : models) {
     const ModelConfig& c = m.config;
@@ -34,9 +31,11 @@ static void chapter() {
                 m.name.c_str(), c.num_layers, c.num_kv_heads, c.head_dim, kv_bits / 8, commas(per_token).c_str(),
                 commas(per_token / 1024).c_str(), m.path.c_str());
   }
+}
 
-  // 2. One sequence: the cache grows by that much with every token, prompt and answer alike.
-  // Up to the longest context the configs allow (max_position_embeddings).
+// 2. One sequence: the cache grows by that much with every token, prompt and answer alike.
+// Up to the longest context the configs allow (max_position_embeddings).
+static void one_sequence(const std::vector<Named>& models) {
   const int64_t longest = models[1].config.max_position_embeddings;
   std::printf("\nThe cache of one sequence (16-bit K/V, 1 GB = 1e9 bytes), up to max_position_embeddings = %s:\n",
               commas(longest).c_str());
@@ -46,8 +45,10 @@ static void chapter() {
     for (const Named& m : models) std::printf("  %12s", table_bytes(double(tokens * kv_bytes_per_token(m.config, kv_bits))).c_str());
     std::printf("\n");
   }
+}
 
-  // 3. Against the weights: past this many tokens one sequence's cache is bigger than the model.
+// 3. Against the weights: past this many tokens one sequence's cache is bigger than the model.
+static void against_the_weights(const std::vector<Named>& models) {
   std::printf("\nThe weights at 16 bits, and the context at which one sequence's cache outweighs them:\n");
   for (const Named& m : models) {
     const int64_t weights = weight_bytes(m.config, 16);
@@ -55,8 +56,10 @@ static void chapter() {
     std::printf("  %-10s  %s parameters = %s; the cache is bigger from %s tokens on\n", m.name.c_str(),
                 commas(m.config.parameter_count()).c_str(), table_bytes(double(weights)).c_str(), commas(crossover).c_str());
   }
+}
 
-  // 4. A 24 GB GPU: free = GPU - weights - reserve; tokens = free / KV bytes per token.
+// 4. A 24 GB GPU: free = GPU - weights - reserve; tokens = free / KV bytes per token.
+static void on_a_24gb_gpu(const std::vector<Named>& models) {
   MemoryBudget budget;
   budget.gpu_gb = 24;
   budget.weight_bits = 4;
@@ -84,6 +87,16 @@ static void chapter() {
   const KvFit& big = fits[1];
   std::printf("\n%s on a %g GB GPU: %s tokens of cache in all, for every sequence it serves together.\n",
               models[1].name.c_str(), budget.gpu_gb, commas(big.tokens).c_str());
+}
+
+static void chapter() {
+  std::vector<Named> models = {{"Qwen3-0.6B", "assets/configs/qwen3-0.6b-config.json", {}},
+                               {"Qwen3-32B", "assets/configs/qwen3-32b-config.json", {}}};
+  for (Named& m : models) m.config = load_config_file(repo_path(m.path));
+  bytes_per_token(models);
+  one_sequence(models);
+  against_the_weights(models);
+  on_a_24gb_gpu(models);
 }
 
 int main(int argc, char** argv) { return run_chapter(argc, argv, chapter); }
