@@ -182,9 +182,8 @@ void row(const Session& s, const char* label, const char* definition,
   }
 }
 
-void counters(App& app) {
-  heading("COUNTERS AT THE CURSOR (hover a name)");
-  const Session& s = *app.session;
+// The counters at the cursor, a column per view: every number is defined in viz/counters.h.
+void counter_table(const Session& s) {
   if (!ImGui::BeginTable("counters", 1 + s.views(), ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_RowBg)) return;
   ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthStretch, 1.3f);
   for (int v = 0; v < s.views(); ++v)
@@ -215,16 +214,22 @@ void counters(App& app) {
         "the chance that all block_size tokens of a block were evicted at random: what holes only frees "
         "(compaction frees more)",
         [](C c) { return percent(c.expected_freed_fraction()); }, MemoryStrategy::HolesOnly);
-  row(s, "memory in use", "blocks in use x block size x K/V bytes per token", [](C c) { return bytes(double(c.memory_in_use())); });
+  row(s, "memory in use", "blocks in use x block size x K/V bytes per token",
+      [](C c) { return bytes(double(c.memory_in_use())); });
   row(s, "reclaimed", "(full-cache blocks - blocks in use) x block size x bytes per token",
       [](C c) { return bytes(double(c.bytes_reclaimed())); });
-  row(s, "bytes moved", "SlotMoved events x bytes per token (compaction's copies)", [](C c) { return bytes(double(c.bytes_moved())); });
+  row(s, "bytes moved", "SlotMoved events x bytes per token (compaction's copies)",
+      [](C c) { return bytes(double(c.bytes_moved())); });
   row(s, "peak blocks", "the most blocks in use so far", [](C c) { return commas(c.peak_blocks); });
   row(s, "rounds done", "RoundEnd events (a round under way is not counted yet)", [](C c) { return commas(c.rounds); });
   ImGui::EndTable();
+}
+
+// Under the table, dimmed: what a slot costs, one figure with its factors (Run::token_cost;
+// a trace has only the figure), or one per run when two traces of different models are
+// shown; and for served runs, the requests preempted in the whole run.
+void counter_notes(const Session& s) {
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
-  // What a slot costs: one figure with its factors (Run::token_cost; a trace has only
-  // the figure), or one per run when two traces of different models are shown.
   auto cost = [](const Run& r) { return bytes(double(r.bytes_per_token)); };
   const Run& a = s.view(0).run();
   const Run& b = s.view(s.views() - 1).run();
@@ -233,8 +238,8 @@ void counters(App& app) {
   else
     text_wrapped("per token (K and V, all layers): " + view_label(a) + " " + cost(a) + ", " + view_label(b) + " " +
                  cost(b));
-  // Served runs: the requests the scheduler preempted in the whole run (from the run's
-  // header); each came back as a new sequence, in a new colour, and wrote its tokens again.
+  // Each preempted request came back as a new sequence, in a new colour, and wrote its
+  // tokens again (the count is the run header's).
   if (a.served()) {
     std::string line;
     for (int v = 0; v < s.views(); ++v) {
@@ -245,6 +250,12 @@ void counters(App& app) {
     if (!line.empty()) text_wrapped("requests preempted in the whole run: " + line);
   }
   ImGui::PopStyleColor();
+}
+
+void counters(App& app) {
+  heading("COUNTERS AT THE CURSOR (hover a name)");
+  counter_table(*app.session);
+  counter_notes(*app.session);
 }
 
 void hover_details(App& app) {
