@@ -204,6 +204,18 @@ GenerateOptions generate_options(const GenerateArgs& a, const ModelConfig& confi
   return options;
 }
 
+// The lines a run ends with, on stderr: the speeds, the device, the weights, the cache.
+void print_summary(const GenerateStats& stats, const Model& model, const GenerateArgs& a) {
+  std::fprintf(stderr, "\nprompt: %s, %.1f tokens/s | decode: %s, %.1f tokens/s%s\n",
+               plural(stats.prompt_tokens, "token").c_str(), stats.prefill_tokens_per_second(),
+               plural(stats.new_tokens, "token").c_str(), stats.decode_tokens_per_second(),
+               stats.stopped ? " (stopped at end of sequence)" : "");
+  // Said from the engine that ran, not from --device: a fall-back to the CPU would show.
+  if (stats.backend != "cpu") std::fprintf(stderr, "device: the model ran on the %s backend\n", stats.backend.c_str());
+  print_weights(model.weights, a.weights);
+  print_cache_stats(stats.cache, a);
+}
+
 void run_generate(const GenerateArgs& a) {
   set_threads(a.threads);
   check_args(a);
@@ -276,16 +288,7 @@ void run_generate(const GenerateArgs& a) {
     throw;
   }
   end_the_text();
-
-  std::fprintf(stderr, "\nprompt: %s, %.1f tokens/s | decode: %s, %.1f tokens/s%s\n",
-               plural(stats.prompt_tokens, "token").c_str(), stats.prefill_tokens_per_second(),
-               plural(stats.new_tokens, "token").c_str(), stats.decode_tokens_per_second(),
-               stats.stopped ? " (stopped at end of sequence)" : "");
-  // Said from the engine that ran, not from --device: a fall-back to the CPU would show.
-  if (stats.backend != "cpu") std::fprintf(stderr, "device: the model ran on the %s backend\n", stats.backend.c_str());
-  print_weights(model.weights, a.weights);
-  print_cache_stats(stats.cache, a);
-
+  print_summary(stats, model, a);
   if (!a.trace.empty()) {
     write_the_trace();
     std::fprintf(stderr, "trace: %zu events written to %s\n", events.size(), a.trace.c_str());
