@@ -209,6 +209,7 @@ void App::frame(float dt) {
   adopt_a_finished_recording();
   hovered = hover;
   hover = {};
+  outlines.clear();
   if (session) session->update(dt);
   keyboard();
 

@@ -101,9 +101,15 @@ class App {
   // --verify: reads the pixels of the last frame (RGBA, top row first) back
   // into slot classes (free, live, hole) by the palette, and compares them with
   // the replayed occupancy of every pool view (a slot under fading flashes: with them
-  // blended off); while playing, also that the sequence strip shows the newest written
-  // token it scrolled to. Returns a report; ok = no mismatch.
-  std::string verify(const std::vector<uint8_t>& rgba, int width, int height, bool& ok) const;
+  // blended off; one under a tooltip, a rectangle of `covers`, or an outline: not read); while
+  // playing, also that the sequence strip shows the newest written token it scrolled
+  // to. Returns a report; ok = no mismatch.
+  struct Rect {
+    ImVec2 min, max;  // screen pixels
+  };
+  std::string verify(const std::vector<uint8_t>& rgba, int width, int height, const std::vector<Rect>& covers,
+                     bool& ok) const;
+  std::vector<Rect> outlines;  // this frame's outlines over pool slots (the token under the mouse), for verify
 
   // State the draw_*.cpp functions read and write.
   ModelSource model;

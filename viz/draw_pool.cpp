@@ -317,10 +317,12 @@ void draw_slide(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, const 
   }
 }
 
-void outline_slot(ImDrawList* dl, const PoolGeometry& g, int block, int slot) {
+// The token under the mouse, outlined: what the outline covers is kept for --verify.
+void outline_slot(App& app, ImDrawList* dl, const PoolGeometry& g, int block, int slot) {
   const ImVec2 a = g.slot_min(block, slot), b = g.slot_max(block, slot);
   const float m = px(2);
   dl->AddRect({a.x - m, a.y - m}, {b.x + m, b.y + m}, palette::kHighlight, 0, 0, px(2));
+  app.outlines.push_back({{a.x - 2 * m, a.y - 2 * m}, {b.x + 2 * m, b.y + 2 * m}});  // the line is px(2) wide
 }
 
 }  // namespace
@@ -381,7 +383,7 @@ void draw_pool(App& app, int view, ImVec2 size) {
   // The token under the mouse (in any view, last frame): outlined here too.
   if (app.hovered.token()) {
     const SlotRef r = t.locate(app.hovered.seq, app.hovered.pos);
-    if (r.block >= 0) outline_slot(dl, g, r.block, r.slot);
+    if (r.block >= 0) outline_slot(app, dl, g, r.block, r.slot);
   }
 
   ImGui::Dummy(area);
@@ -392,7 +394,7 @@ void draw_pool(App& app, int view, ImVec2 size) {
     app.hover.slot = slot;
     const int64_t pos = occ.position(block, slot);
     if (occ.owner(block) >= 0 && pos != kEmpty) app.hover.seq = occ.owner(block), app.hover.pos = pos;
-    outline_slot(dl, g, block, slot);
+    outline_slot(app, dl, g, block, slot);
     tooltip(app, t, block, slot, scores);
   }
   ImGui::EndGroup();

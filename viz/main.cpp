@@ -26,6 +26,7 @@
 #include "cli/option_values.h"
 #include "cli/parse_error.h"
 #include "imgui_impl_glfw.h"
+#include "imgui_internal.h"  // the tooltips' rectangles, for --verify (tooltip_rects)
 #include "imgui_impl_opengl3.h"
 #include "evict/triattention.h"
 #include "model/config.h"
@@ -345,6 +346,17 @@ void render(int width, int height) {
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
 }
 
+// The tooltips of the frame just rendered, as screen rectangles: --verify does not read
+// the slots under them (--mouse on a slot shows one over the pool). ImGui's public API
+// has no way to list windows, so this reads its context (imgui_internal.h).
+std::vector<App::Rect> tooltip_rects() {
+  std::vector<App::Rect> out;
+  for (const ImGuiWindow* w : ImGui::GetCurrentContext()->Windows)
+    if (w->Active && (w->Flags & ImGuiWindowFlags_Tooltip))
+      out.push_back({w->Pos, {w->Pos.x + w->Size.x, w->Pos.y + w->Size.y}});
+  return out;
+}
+
 // --screenshot: --frames frames into an offscreen framebuffer (playing at 60 frames a
 // second with --play, else standing still), the last one written as a PNG; with
 // --verify, read back and checked. The exit code.
@@ -367,6 +379,7 @@ int write_screenshot(App& app, const Args& a, int width, int height, ImVec2 mous
     render(width, height);
   }
   glFinish();
+  const std::vector<App::Rect> tooltips = tooltip_rects();
   if (const std::string err = write_png(a.screenshot, target.read(), width, height); !err.empty()) fail(err);
   target.unbind();
   std::printf("%s\nwrote %s (%dx%d, %s)\n", app.headline().c_str(), a.screenshot.c_str(), width, height,
@@ -376,7 +389,7 @@ int write_screenshot(App& app, const Args& a, int width, int height, ImVec2 mous
   const std::vector<uint8_t> back = read_png(a.screenshot, w, h);
   if (back.empty() || w != width || h != height) fail(a.screenshot + ": cannot read the PNG back");
   bool ok = false;
-  std::fputs(app.verify(back, w, h, ok).c_str(), stdout);
+  std::fputs(app.verify(back, w, h, tooltips, ok).c_str(), stdout);
   std::fflush(stdout);  // the report first, then the error under it
   if (!ok) fail("--verify: the screenshot does not show the cache's state (the lines above say where)");
   return 0;
@@ -521,8 +534,9 @@ int main(int argc, char** argv) {
       ->needs(shot);
   cli.add_flag("--verify", a.verify,
                "Screenshot: read the PNG back and check every pool slot's colour against the replayed cache "
-               "(free, live, hole, not written yet, with the fading flashes of what just happened blended off; a "
-               "view whose survivors are sliding is named, not checked, and a frame with nothing to check fails) "
+               "(free, live, hole, not written yet, with the fading flashes of what just happened blended off; slots "
+               "under a --mouse tooltip or outline, and a view whose survivors are sliding, are counted, not checked, "
+               "and a frame with nothing to check fails) "
                "and, with --play, that the sequence strip shows the newest written token it scrolled to (as of the "
                "frame before: a scroll shows a frame later) on whole lines inside the picture; exit 1 on any "
                "mismatch")
