@@ -101,9 +101,9 @@ class App {
   // --verify: reads the pixels of the last frame (RGBA, top row first) back
   // into slot classes (free, live, hole) by the palette, and compares them with
   // the replayed occupancy of every pool view (a slot under fading flashes: with them
-  // blended off; one under a tooltip, a rectangle of `covers`, or an outline: not read); while
-  // playing, also that the sequence strip shows the newest written token it scrolled
-  // to. Returns a report; ok = no mismatch.
+  // blended off; one under a tooltip, a rectangle of `covers`, or under `outlines`: not
+  // read); while playing, also that the sequence strip shows the newest written token
+  // it scrolled to. Returns a report; ok = no mismatch.
   struct Rect {
     ImVec2 min, max;  // screen pixels
   };

@@ -208,7 +208,7 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
   const float view_top = ImGui::GetWindowPos().y;
   const float view_bottom = view_top + ImGui::GetWindowSize().y;
   // The scroll set on the frame before shows now, unless that frame was the child's
-  // first: ImGui clamps it to the content it had measured then, none.
+  // first (measured: such a scroll does not show in its second frame).
   app.strip.followed &= app.strip.frames >= 2;
   ++app.strip.frames;
   app.strip.following = app.session->playing;

@@ -6,10 +6,12 @@
 // of that view, not from the drawing code. Any slot that disagrees is reported.
 // A slot that flashes (an event of the last moment, fading: slot_flashes) is read
 // with its flashes blended off; one under flashes so bright that too little of its
-// colour shows is counted and not checked. A view whose compaction is sliding in the
-// frame is named and not checked (a frame where every view slides fails: nothing was
-// checked). While playing, the sequence strip's text must show the newest written
-// token it scrolled to, inside the picture.
+// colour shows is counted and not checked, and so is one under a tooltip or the
+// outline of the token under the mouse (--mouse); a view where no slot could be read
+// fails. A view whose compaction is sliding in the frame is named and not checked (a
+// frame where every view slides fails: nothing was checked). While playing, the
+// sequence strip's text must show the newest written token it scrolled to, inside the
+// picture.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -76,7 +78,7 @@ Class classify(const Rgb& p) {
 }
 
 // One pool view's slots against its replayed occupancy: a line of the report, and ok
-// false on any mismatch or when the slots cannot be read back at this size.
+// false on any mismatch, or when the slots cannot be read back at this size or none was.
 std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vector<SlotFlash>& flashes,
                         const std::vector<App::Rect>& covers, const std::string& name,
                         const std::vector<uint8_t>& rgba, int width, int height, bool& ok) {
@@ -118,9 +120,10 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vec
       Class got = kUnknown;
       if (x >= 0 && y >= 0 && x < width && y < height) {
         const uint8_t* pixel = &rgba[(size_t(y) * size_t(width) + size_t(x)) * 4];  // RGBA, top row first
+        static const std::vector<uint32_t> no_flash;
         const auto f = flashed.find({b, j});
         float weight = 1;
-        const Rgb colour = under_flashes(pixel, f == flashed.end() ? std::vector<uint32_t>{} : f->second, weight);
+        const Rgb colour = under_flashes(pixel, f == flashed.end() ? no_flash : f->second, weight);
         if (weight < kLeastReadable) {  // under fresh flashes: too little of the slot's colour shows
           ++unread;
           continue;
