@@ -109,7 +109,7 @@ class App {
   };
   std::string verify(const std::vector<uint8_t>& rgba, int width, int height, const std::vector<Rect>& covers,
                      bool& ok) const;
-  std::vector<Rect> outlines;  // this frame's outlines over pool slots (the token under the mouse), for verify
+  std::vector<Rect> outlines;  // this frame's outlines around pool slots (the token under the mouse), for verify
 
   // State the draw_*.cpp functions read and write.
   ModelSource model;

@@ -322,7 +322,12 @@ void outline_slot(App& app, ImDrawList* dl, const PoolGeometry& g, int block, in
   const ImVec2 a = g.slot_min(block, slot), b = g.slot_max(block, slot);
   const float m = px(2);
   dl->AddRect({a.x - m, a.y - m}, {b.x + m, b.y + m}, palette::kHighlight, 0, 0, px(2));
-  app.outlines.push_back({{a.x - 2 * m, a.y - 2 * m}, {b.x + 2 * m, b.y + 2 * m}});  // the line is px(2) wide
+  // What the line covers, px(2) wide on the rectangle's edge: a ring 2m wide around the slot.
+  const float r = 2 * m;
+  app.outlines.push_back({{a.x - r, a.y - r}, {b.x + r, a.y}});  // above
+  app.outlines.push_back({{a.x - r, b.y}, {b.x + r, b.y + r}});  // below
+  app.outlines.push_back({{a.x - r, a.y}, {a.x, b.y}});          // left
+  app.outlines.push_back({{b.x, a.y}, {b.x + r, b.y}});          // right
 }
 
 }  // namespace
