@@ -64,7 +64,8 @@ struct SlotFlash {
   uint32_t colour = 0;
 };
 // View `view`'s slot flashes in this frame, in the order they are drawn (oldest first):
-// each event of [Session::flash_from, cursor) whose slot still shows its result.
+// of the events of [Session::flash_from, cursor), each slot's latest, while the slot
+// still shows its result. So a slot shows one flash at most.
 std::vector<SlotFlash> slot_flashes(const Session& s, int view);
 
 class App {

@@ -7,11 +7,13 @@
 //                         held a token (evicted, or moved away by compaction)
 //   room                  palette::kRoom: a slot of a block in use not written yet
 // and, for the events just applied ([Session::flash_from, cursor)), a fading
-// overlay: written (white), evicted (bright red), moved (orange), and a block
-// just given back to the pool (a light outline). While compaction slides, the
+// overlay on each slot's latest: written (white), evicted (bright red), moved
+// (orange); and a block just given back to the pool (a light outline). While compaction slides, the
 // moving tokens are drawn between their source and destination slots.
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "app.h"
 #include "palette.h"
@@ -106,9 +108,16 @@ std::vector<SlotFlash> slot_flashes(const Session& s, int view) {
   const Occupancy& occ = t.occupancy();
   const size_t from = flash_begin(s, view), now = t.cursor();
   std::vector<SlotFlash> out;
-  for (size_t i = from; i < now; ++i) {
+  std::set<std::pair<int, int>> touched;  // (block, slot) a later event wrote, evicted, or moved to or from
+  for (size_t i = now; i-- > from;) {    // newest first: only a slot's latest event flashes
     const Event& e = t.event(i);
-    uint32_t colour = 0;  // none: not a slot's event, or the slot no longer shows it
+    const bool slot_event =
+        e.kind == EventKind::SlotWritten || e.kind == EventKind::SlotEvicted || e.kind == EventKind::SlotMoved;
+    if (!slot_event) continue;
+    const bool latest = touched.insert({e.block, e.slot}).second;
+    if (e.kind == EventKind::SlotMoved) touched.insert({e.from_block, e.from_slot});
+    if (!latest) continue;
+    uint32_t colour = 0;  // none: the slot no longer shows the event's result
     switch (e.kind) {
       case EventKind::SlotWritten:
         if (occ.position(e.block, e.slot) == e.pos) colour = palette::kWritten;
@@ -123,6 +132,7 @@ std::vector<SlotFlash> slot_flashes(const Session& s, int view) {
     }
     if (colour) out.push_back({e.block, e.slot, palette::alpha(colour, flash_strength(i, from, now))});
   }
+  std::reverse(out.begin(), out.end());  // oldest first, as they are drawn
   return out;
 }
 

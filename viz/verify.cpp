@@ -5,9 +5,8 @@
 // at any shade), hole or unwritten room. The expected class comes from the replayed Occupancy
 // of that view, not from the drawing code. Any slot that disagrees is reported.
 // A slot that flashes (an event of the last moment, fading: slot_flashes) is read
-// with its flashes blended off; one under flashes so bright that too little of its
-// colour shows is counted and not checked, and so is one under a tooltip or the
-// outline of the token under the mouse (--mouse); a view where no slot could be read
+// with its flashes blended off. One under a tooltip or the outline of the token under
+// the mouse (--mouse) is counted and not checked; a view where no slot could be read
 // fails. A view whose compaction is sliding in the frame is named and not checked (a
 // frame where every view slides fails: nothing was checked). While playing, the
 // sequence strip's text must show the newest written token it scrolled to, inside the
@@ -40,24 +39,17 @@ float distance(const Rgb& p, uint32_t c) {
   return d;
 }
 
-// A slot's colour under the flashes drawn over it (oldest first): each blended off,
-// newest first, as ImGui blended it on (pixel = a * flash + (1 - a) * below). `weight`
-// is the share of the pixel that colour still makes: the less, the more the pixel's
-// rounding to whole numbers is magnified.
-Rgb under_flashes(const uint8_t* pixel, const std::vector<uint32_t>& flashes, float& weight) {
-  Rgb p = {float(pixel[0]), float(pixel[1]), float(pixel[2])};
-  weight = 1;
-  for (size_t f = flashes.size(); f-- > 0;) {
-    const float a = channel(flashes[f], 3) / 255;
-    for (int i = 0; i < 3; ++i) p[size_t(i)] = (p[size_t(i)] - a * channel(flashes[f], i)) / (1 - a);
-    weight *= 1 - a;
-  }
+// A slot's colour under the flash drawn over it, blended off as ImGui blended it on
+// (pixel = a * flash + (1 - a) * below). A flash is at most 0.85 strong: 15% of the
+// pixel is the slot's colour, and blending off magnifies the pixel's rounding (half a
+// unit) at most 6.7 times, within classify's tolerance. A slot has one flash at most
+// (slot_flashes).
+Rgb under_flash(const uint8_t* pixel, uint32_t flash) {
+  const float a = channel(flash, 3) / 255;
+  Rgb p;
+  for (int i = 0; i < 3; ++i) p[size_t(i)] = (float(pixel[i]) - a * channel(flash, i)) / (1 - a);
   return p;
 }
-
-// Below this share of its slot's colour, a pixel under flashes is not read: blending
-// off magnifies the pixel's rounding (half a unit) by 1 / weight.
-constexpr float kLeastReadable = 0.1f;
 
 Class classify(const Rgb& p) {
   float best = INFINITY;
@@ -98,10 +90,10 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vec
     return "verify: " + name + ": the pool does not fit the " + std::to_string(width) + "x" +
            std::to_string(height) + " picture (use a larger --size)\n";
   }
-  std::map<std::pair<int, int>, std::vector<uint32_t>> flashed;  // (block, slot) -> its flashes, oldest first
-  for (const SlotFlash& f : flashes) flashed[{f.block, f.slot}].push_back(f.colour);
+  std::map<std::pair<int, int>, uint32_t> flashed;  // (block, slot) -> its flash
+  for (const SlotFlash& f : flashes) flashed[{f.block, f.slot}] = f.colour;
   int64_t expected[5] = {}, seen[5] = {}, wrong = 0;
-  int64_t through = 0, unread = 0, covered = 0;  // slots read through flashes, too bright to, under a tooltip
+  int64_t through = 0, covered = 0;  // slots read through flashes, not read under a tooltip
   std::string first;
   for (int b = 0; b < occ.num_blocks(); ++b)
     for (int j = 0; j < occ.block_size(); ++j) {
@@ -120,16 +112,10 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vec
       Class got = kUnknown;
       if (x >= 0 && y >= 0 && x < width && y < height) {
         const uint8_t* pixel = &rgba[(size_t(y) * size_t(width) + size_t(x)) * 4];  // RGBA, top row first
-        static const std::vector<uint32_t> no_flash;
         const auto f = flashed.find({b, j});
-        float weight = 1;
-        const Rgb colour = under_flashes(pixel, f == flashed.end() ? no_flash : f->second, weight);
-        if (weight < kLeastReadable) {  // under fresh flashes: too little of the slot's colour shows
-          ++unread;
-          continue;
-        }
         through += f != flashed.end();
-        got = classify(colour);
+        got = classify(f == flashed.end() ? Rgb{float(pixel[0]), float(pixel[1]), float(pixel[2])}
+                                          : under_flash(pixel, f->second));
       }
       ++seen[got];
       if (got != want) {
@@ -138,7 +124,7 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vec
                   kClassNames[want] + ", the image shows " + kClassNames[got] + ")";
       }
     }
-  const bool none_read = unread + covered == int64_t(occ.num_blocks()) * occ.block_size();  // a check of nothing
+  const bool none_read = covered == int64_t(occ.num_blocks()) * occ.block_size();  // a check of nothing
   if (wrong || none_read) ok = false;
   return "verify: " + name + ": the cache has " + commas(expected[kLiveSlot]) + " live, " +
          commas(expected[kHoleSlot]) + " holes, " + commas(expected[kRoomSlot]) + " unwritten, " +
@@ -146,7 +132,6 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vec
          commas(seen[kHoleSlot]) + " holes, " + commas(seen[kRoomSlot]) + " unwritten, " + commas(seen[kFreeSlot]) +
          " free, " + commas(seen[kUnknown]) + " unrecognised" +
          (through ? " (" + commas(through) + " read through fading flashes)" : "") +
-         (unread ? "; " + commas(unread) + " under flashes too bright to read, not checked" : "") +
          (covered ? "; " + commas(covered) + " under a tooltip or the mouse's outline, not checked" : "") + ": " +
          (wrong       ? commas(wrong) + " slots differ" + first
           : none_read ? std::string("no slot could be read, nothing was checked")
