@@ -5,7 +5,7 @@
 // at any shade), hole or unwritten room. The expected class comes from the replayed Occupancy
 // of that view, not from the drawing code. Any slot that disagrees is reported.
 // A slot that flashes (an event of the last moment, fading: slot_flashes) is read
-// with its flashes blended off. One under a tooltip or the outline of the token under
+// with its flash blended off. One under a tooltip or the outline of the token under
 // the mouse (--mouse) is counted and not checked; a view where no slot could be read
 // fails. A view whose compaction is sliding in the frame is named and not checked (a
 // frame where every view slides fails: nothing was checked). While playing, the
@@ -104,7 +104,9 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vec
                          : t.used(b, j)                 ? kHoleSlot
                                                         : kRoomSlot;
       ++expected[want];
-      const auto under = [&](const App::Rect& r) { return x >= r.min.x && x < r.max.x && y >= r.min.y && y < r.max.y; };
+      const auto under = [&](const App::Rect& r) {
+        return x >= r.min.x && x < r.max.x && y >= r.min.y && y < r.max.y;
+      };
       if (std::any_of(covers.begin(), covers.end(), under)) {
         ++covered;
         continue;
