@@ -262,11 +262,13 @@ bool is_viz_ctest(const std::string& s) {
   return true;
 }
 
-// "add_test(NAME viz_x" then a space or a newline, somewhere in the CMake text.
+// "add_test(NAME viz_x", or "viz_verify_test(viz_x" (a --verify screenshot, declared by
+// that CMake function), then a space or a newline, somewhere in the CMake text.
 bool declares_test(const std::string& cmake, const std::string& name) {
-  const std::string head = "add_test(NAME " + name;
-  for (size_t at = cmake.find(head); at != std::string::npos; at = cmake.find(head, at + 1))
-    if (at + head.size() < cmake.size() && std::isspace(static_cast<unsigned char>(cmake[at + head.size()]))) return true;
+  for (const std::string& head : {"add_test(NAME " + name, "viz_verify_test(" + name})
+    for (size_t at = cmake.find(head); at != std::string::npos; at = cmake.find(head, at + 1))
+      if (at + head.size() < cmake.size() && std::isspace(static_cast<unsigned char>(cmake[at + head.size()])))
+        return true;
   return false;
 }
 
