@@ -137,9 +137,8 @@ class App {
   // so a frame shows the token the frame before scrolled to (the newest then). --verify
   // checks that that token's row lies inside the part of the strip on screen.
   struct StripFollow {
-    bool following = false;       // text view drawn while playing
-    bool followed = false;        // and on the frame before, not its first: it has scrolled
-    int frames = 0;               // frames in a row the text view was drawn
+    int frames = 0;               // frames in a row the text view was drawn (0: not drawn now)
+    int playing = 0;              // the last of them drawn while playing (0: not playing now)
     int seq = -1;                 // the newest written token, scrolled to
     int64_t pos = -1;
     float target_top = 0, target_bottom = 0;  // the row of the token the frame before scrolled to

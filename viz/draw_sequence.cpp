@@ -207,11 +207,8 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
   // already net of the current scroll.
   const float view_top = ImGui::GetWindowPos().y;
   const float view_bottom = view_top + ImGui::GetWindowSize().y;
-  // The scroll set on the frame before shows now, unless that frame was the child's
-  // first (measured: such a scroll does not show in its second frame).
-  app.strip.followed &= app.strip.frames >= 2;
   ++app.strip.frames;
-  app.strip.following = app.session->playing;
+  app.strip.playing = app.session->playing ? app.strip.playing + 1 : 0;
   app.strip.seq = newest_seq, app.strip.pos = newest_pos;
   app.strip.target_top = target_y, app.strip.target_bottom = target_y + line_h;
   app.strip.view_top = view_top, app.strip.view_bottom = view_bottom;
@@ -273,10 +270,8 @@ void draw_sequence(App& app, ImVec2 size) {
   }
   int64_t total = 0;
   for (int64_t n : t.final_lengths()) total += n;
-  app.strip.followed = app.strip.following;
-  app.strip.following = false;
   const bool text = !t.run().token_text.empty() && total <= 4000;
-  if (!text) app.strip.frames = 0;  // not drawn: counted again from when it is
+  if (!text) app.strip.frames = app.strip.playing = 0;  // not drawn: counted again from when it is
   if (text) {
     draw_text(app, t, scores, area);
   } else {

@@ -188,10 +188,13 @@ std::string App::verify(const std::vector<uint8_t>& rgba, int width, int height,
     ok = false;
     report += "verify: every view is sliding in this frame: nothing to check (choose another --at or --frames)\n";
   }
-  if (strip.following && !strip.followed)  // it shows where it stood
+  // The scroll set on the frame before shows now, unless that frame was not playing, or
+  // was the strip's first (measured: such a scroll does not show in its second frame).
+  const bool scrolled = strip.playing >= 2 && strip.frames >= 3;
+  if (strip.playing > 0 && !scrolled)  // it shows where it stood
     report += "verify: the sequence strip is not checked: no scroll it set shows yet (play began in this frame, "
               "or the strip was first drawn in the one before)\n";
-  else if (strip.following)
+  else if (scrolled)
     report += verify_strip(strip, height, ok);
   return report;
 }
