@@ -3,7 +3,8 @@
 // screen until the new one is ready, a recording that fails leaves its message;
 // the keys step and play; the mouse names the slot drawn under it; the headline
 // says what each run freed; every view fits the window, side by side or stacked,
-// and stays put while the run plays; two traces get a summary line, or one each.
+// and stays put while the run plays; two traces get a summary line, or one each;
+// --verify's rules hold on a picture painted here from the cache state.
 //
 // Each frame is a real ImGui frame (NewFrame, App::frame, Render) with no window
 // and no renderer: ImGui lays out every view and records its draw lists, which
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <future>
@@ -28,6 +30,7 @@
 #include "cache/occupancy.h"
 #include "cache/trace.h"
 #include "imgui.h"
+#include "palette.h"
 #include "sim/synthetic.h"
 #include "util/format.h"
 
@@ -635,6 +638,119 @@ TEST_F(HeadlessApp, TwoTracesShareASummaryLineOrGetOneEach) {
   EXPECT_EQ(app.summary, "left.trace: kvscope (unknown source) --trace: policy=random, " + events + " events\n" +
                              "right.trace: kvscope (unknown source) --trace: policy=h2o, " + events + " events");
   for (const std::string& path : differ) std::remove(path.c_str());
+}
+
+// --verify's rules on a picture painted here, slot by slot, from the replayed
+// occupancy and the palette (fading flashes blended on as ImGui blends them): it
+// passes; one slot painted wrong fails and is named; a picture whose slots are all
+// covered (by a tooltip, say) fails, since nothing was checked. The strip is checked
+// only once a scroll it set while playing can show.
+class VerifyPicture : public HeadlessApp {
+ protected:
+  static constexpr int kW = 1600, kH = 1000;
+  std::vector<uint8_t> rgba = std::vector<uint8_t>(size_t(kW) * kH * 4, 0);
+
+  // Slot (b, j) of view v in `colour`, under its fading flash if it has one.
+  void paint(int v, int b, int j, uint32_t colour) {
+    const ImVec2 a = app.pools[v].slot_min(b, j), z = app.pools[v].slot_max(b, j);
+    for (int y = int(a.y); y < int(z.y); ++y)
+      for (int x = int(a.x); x < int(z.x); ++x)
+        for (int i = 0; i < 4; ++i) rgba[(size_t(y) * kW + size_t(x)) * 4 + size_t(i)] = uint8_t(colour >> (8 * i));
+    for (const SlotFlash& f : slot_flashes(*app.session, v)) {
+      if (f.block != b || f.slot != j) continue;
+      const float k = float(f.colour >> 24) / 255;
+      uint8_t* p = &rgba[(size_t((a.y + z.y) / 2) * kW + size_t((a.x + z.x) / 2)) * 4];
+      for (int i = 0; i < 3; ++i) p[i] = uint8_t(std::lround(k * float((f.colour >> (8 * i)) & 0xFF) + (1 - k) * p[i]));
+    }
+  }
+  void paint() {
+    for (int v = 0; v < app.session->views(); ++v) {
+      const Timeline& t = app.session->view(v);
+      const Occupancy& occ = t.occupancy();
+      for (int b = 0; b < occ.num_blocks(); ++b)
+        for (int j = 0; j < occ.block_size(); ++j)
+          paint(v, b, j,
+                occ.owner(b) < 0                 ? palette::kFree
+                : occ.position(b, j) != kEmpty ? palette::live(occ.owner(b), 0, false)
+                : t.used(b, j)                   ? palette::kHole
+                                                 : palette::kRoom);
+    }
+  }
+  std::string verify(const std::vector<App::Rect>& covers, bool& ok) {
+    return app.verify(rgba, kW, kH, covers, ok);
+  }
+};
+
+TEST_F(VerifyPicture, PassesTheCacheAsItIsAndNamesASlotPaintedWrong) {
+  app.load(scenario("blog-1k-random"));
+  app.session->seek(app.session->length());  // evicted: live slots and holes, free blocks; the jump's flashes
+  frame();
+  frame();
+  ASSERT_TRUE(app.pools[0].drawn && app.pools[1].drawn);
+  // The picture has each class: holes on the left, free blocks on the right.
+  const Timeline& left = app.session->view(0);
+  int holes = 0;
+  for (int b = 0; b < left.occupancy().num_blocks(); ++b)
+    for (int j = 0; j < left.occupancy().block_size(); ++j)
+      holes += left.occupancy().owner(b) >= 0 && left.occupancy().position(b, j) == kEmpty && left.used(b, j);
+  ASSERT_GT(holes, 0);
+  ASSERT_LT(app.session->view(1).counters().blocks_in_use, app.session->view(1).occupancy().num_blocks());
+  paint();
+  bool ok = false;
+  const std::string report = verify({}, ok);
+  EXPECT_TRUE(ok) << report;
+  EXPECT_NE(report.find("read through fading flashes"), std::string::npos) << report;
+
+  // A live slot painted as a hole.
+  const Occupancy& occ = app.session->view(0).occupancy();
+  int block = -1, slot = -1;
+  for (int b = 0; b < occ.num_blocks() && block < 0; ++b)
+    for (int j = 0; j < occ.block_size() && block < 0; ++j)
+      if (occ.position(b, j) != kEmpty) block = b, slot = j;
+  ASSERT_GE(block, 0);
+  paint(0, block, slot, palette::kHole);
+  const std::string wrong = verify({}, ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(wrong.find("1 slots differ (first: block " + std::to_string(block) + " slot " + std::to_string(slot) +
+                       " should be live, the image shows hole)"),
+            std::string::npos)
+      << wrong;
+}
+
+TEST_F(VerifyPicture, FailsWhenEverySlotIsCovered) {
+  app.load(scenario("blog-1k-random"));
+  frame();
+  frame();
+  paint();
+  bool ok = false;
+  const std::string report = verify({App::Rect{{0, 0}, {float(kW), float(kH)}}}, ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(report.find("no slot could be read, nothing was checked"), std::string::npos) << report;
+}
+
+TEST_F(VerifyPicture, ChecksTheStripOnceAScrollSetWhilePlayingCanShow) {
+  app.load(scenario("blog-1k-random"));
+  frame();
+  frame();
+  paint();
+  bool ok = false;
+  app.strip = {};
+  app.strip.view_top = 800, app.strip.view_bottom = 900;
+  app.strip.target_top = 950, app.strip.target_bottom = 960;  // below the part on screen
+  for (const auto& [frames, playing] : {std::pair{5, 1}, std::pair{2, 2}}) {
+    app.strip.frames = frames, app.strip.playing = playing;
+    const std::string report = verify({}, ok);
+    EXPECT_TRUE(ok) << report;
+    EXPECT_NE(report.find("the sequence strip is not checked"), std::string::npos) << report;
+  }
+  app.strip.frames = 3, app.strip.playing = 2;
+  const std::string missed = verify({}, ok);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(missed.find("does not show the newest written token"), std::string::npos) << missed;
+  app.strip.target_top = 880, app.strip.target_bottom = 890;  // the last of ten whole lines
+  const std::string shown = verify({}, ok);
+  EXPECT_TRUE(ok) << shown;
+  EXPECT_NE(shown.find("shows the newest written token it scrolled to"), std::string::npos) << shown;
 }
 
 }  // namespace
