@@ -454,6 +454,61 @@ TEST(Config, AFieldOfTheWrongTypeOrSizeIsNamed) {
   expect_config_error("rope_theta", -10000, "rope_theta must be a positive number a float holds, got -10000");
 }
 
+// transformers 5 saves RoPE's base inside "rope_parameters" and the dtype as "dtype".
+// Read only at the top level, such a file once ran with rope_theta 10000 (not its
+// 1e6: other text, exit 0), and a rope_type "yarn" there was accepted while the same
+// in rope_scaling was refused.
+TEST(Config, ReadsTransformers5sRopeParametersAndDtype) {
+  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  json c = base;
+  c.erase("rope_theta");
+  c.erase("torch_dtype");
+  c["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};
+  c["dtype"] = "bfloat16";
+  ModelConfig m = parse_config(c.dump(), "x/config.json");
+  EXPECT_EQ(m.rope_theta, 1e6);
+  EXPECT_EQ(m.torch_dtype, "bfloat16");
+  c["rope_theta"] = 1000000;  // the same theta twice is one theta
+  EXPECT_EQ(parse_config(c.dump(), "x/config.json").rope_theta, 1e6);
+  c["rope_parameters"] = {{"rope_type", "default"}};  // none inside: the top level's
+  EXPECT_EQ(parse_config(c.dump(), "x/config.json").rope_theta, 1e6);
+
+  c["rope_parameters"] = {{"rope_theta", 5e5}};
+  try {
+    parse_config(c.dump(), "x/config.json");
+    ADD_FAILURE() << "two thetas were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_theta is 1000000 but rope_parameters' rope_theta is 500000.0"),
+              std::string::npos)
+        << e.what();
+  }
+
+  const std::vector<std::pair<json, std::string>> refused = {
+      {{{"rope_type", "yarn"}, {"factor", 4.0}},
+       "rope_parameters' rope_type \"yarn\" is not supported by kvscope (plain RoPE, \"default\", only)"},
+      {{{"type", "linear"}}, "rope_parameters' rope_type \"linear\" is not supported"},
+      {{{"partial_rotary_factor", 0.5}}, "rope_parameters' partial_rotary_factor 0.5 is not supported"},
+      {{{"rope_theta", "big"}}, "rope_parameters' rope_theta must be a number, got \"big\""},
+      {{{"rope_theta", 1e39}}, "rope_parameters' rope_theta must be a positive number a float holds, got 1e+39"},
+      {json::array({1e6}), "rope_parameters must be an object, got [1000000.0]"},
+  };
+  for (const auto& [parameters, part] : refused) {
+    json r = base;
+    r.erase("rope_theta");
+    r["rope_parameters"] = parameters;
+    try {
+      parse_config(r.dump(), "x/config.json");
+      ADD_FAILURE() << parameters.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  }
+  expect_config_error("partial_rotary_factor", 0.5, "partial_rotary_factor 0.5 is not supported by kvscope");
+  c = base;
+  c["partial_rotary_factor"] = 1.0;  // all of each head: plain RoPE
+  EXPECT_NO_THROW(parse_config(c.dump(), "x/config.json"));
+}
+
 // Each field may be up to 2^30, but not their products: 2^30 layers of head_dim
 // 2^30 once made `kvscope memory` divide by a K/V size that had wrapped to 0
 // (SIGFPE), and printed a negative byte count for others.

@@ -97,6 +97,49 @@ T optional_field(const json& j, const char* key, T fallback, const char* kind, c
 
 }  // namespace
 
+// partial_rotary_factor, in j or rope_parameters (`where`), absent, null or 1: Hugging
+// Face rotates that fraction of a head's dimensions; kvscope rotates them all.
+static void require_full_rotation(const json& j, const std::string& where, const std::string& source) {
+  if (!j.contains("partial_rotary_factor") || j["partial_rotary_factor"].is_null() || j["partial_rotary_factor"] == 1)
+    return;
+  throw file_error(source, where + "partial_rotary_factor " + j["partial_rotary_factor"].dump() +
+                               " is not supported by kvscope (it rotates every dimension of a head)");
+}
+
+// RoPE's base. transformers 4 writes "rope_theta" at the top level; transformers 5
+// writes it inside "rope_parameters", beside "rope_type", and Hugging Face reads that
+// one first, then the top level's, then 10000 (`fallback`). A file that gives two
+// different thetas is refused rather than read one way. rope_type must be "default":
+// plain RoPE, the only kind kvscope implements (rope_scaling is its transformers 4 form).
+// theta stays a double, but RoPE raises float(theta) to a power in f32 (as Hugging Face
+// computes inv_freq), so it must be a number a float holds: 1e39 became infinity (no
+// band but the first rotated), 1e-50 became 0 (infinite frequencies, NaN).
+static double read_rope_theta(const json& j, double fallback, const std::string& source) {
+  const json* given = j.contains("rope_theta") ? &j["rope_theta"] : nullptr;
+  const char* name = "rope_theta";
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const json& p = j["rope_parameters"];
+    if (!p.is_object()) throw file_error(source, "rope_parameters must be an object, got " + p.dump());
+    const json type = p.contains("rope_type") ? p["rope_type"] : p.contains("type") ? p["type"] : json("default");
+    if (type != "default")
+      throw file_error(source, "rope_parameters' rope_type " + type.dump() +
+                                   " is not supported by kvscope (plain RoPE, \"default\", only)");
+    require_full_rotation(p, "rope_parameters' ", source);
+    if (p.contains("rope_theta")) {
+      if (given && p["rope_theta"] != *given)
+        throw file_error(source, "rope_theta is " + given->dump() + " but rope_parameters' rope_theta is " +
+                                     p["rope_theta"].dump() + ": which one is meant?");
+      given = &p["rope_theta"], name = "rope_parameters' rope_theta";
+    }
+  }
+  if (!given) return fallback;
+  if (!given->is_number()) throw file_error(source, std::string(name) + " must be a number, got " + given->dump());
+  const double theta = given->get<double>();
+  if (!(theta >= std::numeric_limits<float>::min()) || theta > std::numeric_limits<float>::max())
+    throw file_error(source, std::string(name) + " must be a positive number a float holds, got " + given->dump());
+  return theta;
+}
+
 // Architecture: model_type "qwen3", as Hugging Face decides it; without a model_type,
 // an architectures list that names Qwen3ForCausalLM.
 static void check_qwen3(const json& j, const std::string& source) {
@@ -122,6 +165,7 @@ static void check_shapes_and_options(const json& j, const ModelConfig& c, const 
     throw file_error(source, "hidden_act must be \"silu\"");
   require_off(j, "attention_bias", source);
   require_off(j, "rope_scaling", source);
+  require_full_rotation(j, "", source);
   require_off(j, "use_sliding_window", source);
 }
 
@@ -152,14 +196,11 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   if (!(eps > 0) || eps > std::numeric_limits<float>::max())
     throw file_error(source, "rms_norm_eps must be a positive number a float holds, got " + j["rms_norm_eps"].dump());
   c.rms_norm_eps = float(eps);
-  // rope_theta stays a double, but RoPE raises float(theta) to a power in f32 (as Hugging
-  // Face computes inv_freq), so it too must be a number a float holds: 1e39 became
-  // infinity (no band but the first rotated), 1e-50 became 0 (infinite frequencies, NaN).
-  c.rope_theta = optional_field<double>(j, "rope_theta", c.rope_theta, "a number", source);
-  if (!(c.rope_theta >= std::numeric_limits<float>::min()) || c.rope_theta > std::numeric_limits<float>::max())
-    throw file_error(source, "rope_theta must be a positive number a float holds, got " + j["rope_theta"].dump());
+  c.rope_theta = read_rope_theta(j, c.rope_theta, source);
   c.tie_word_embeddings = optional_field<bool>(j, "tie_word_embeddings", false, "true or false", source);
-  c.torch_dtype = optional_field<std::string>(j, "torch_dtype", "", "a string", source);  // a hint checked against the tensors
+  // A hint checked against the tensors; transformers 5 writes it as "dtype".
+  const std::string dtype = optional_field<std::string>(j, "dtype", "", "a string", source);
+  c.torch_dtype = optional_field<std::string>(j, "torch_dtype", dtype, "a string", source);
   if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
     if (!is_token_id(j["bos_token_id"]))
       throw file_error(source, "bos_token_id must be a token id (an integer from 0 to 2147483647) or null, got " +
