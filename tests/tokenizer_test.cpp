@@ -483,6 +483,31 @@ TEST_F(TinyTokenizer, NonBpeModelIsRefused) {
   EXPECT_NE(message.find("only \"BPE\""), std::string::npos) << message;
 }
 
+// BPE options that change the ids are refused by name, as byte_fallback always was:
+// with ignore_merges true Hugging Face emits a word found whole in the vocabulary as
+// one id (kvscope merged it, and " the" could come out as two), and a dropout skips
+// merges at random. Their off values, as Qwen's file writes them, load.
+TEST_F(TinyTokenizer, BpeOptionsThatChangeTheIdsAreRefused) {
+  const std::vector<std::tuple<const char*, json, std::string>> cases = {
+      {"byte_fallback", true, "model.byte_fallback is not supported"},
+      {"ignore_merges", true, "model.ignore_merges true is not supported (kvscope always applies the merges"},
+      {"dropout", 0.1, "model.dropout 0.1 is not supported"},
+      {"continuing_subword_prefix", "##", "model.continuing_subword_prefix is not supported"},
+      {"end_of_word_suffix", "</w>", "model.end_of_word_suffix is not supported"},
+  };
+  for (const auto& [key, value, problem] : cases) {
+    json doc = tiny_tokenizer(false);
+    doc["model"][key] = value;
+    const std::string message = load_error(doc.dump(), "options.json");
+    EXPECT_NE(message.find("options.json"), std::string::npos) << message;
+    EXPECT_NE(message.find(problem), std::string::npos) << "expected \"" << problem << "\" in: " << message;
+  }
+  json doc = tiny_tokenizer(false);
+  doc["model"].update({{"byte_fallback", false}, {"ignore_merges", false}, {"dropout", nullptr},
+                       {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}});
+  EXPECT_NO_THROW(load(doc));
+}
+
 TEST_F(TinyTokenizer, DuplicateIdsAreRefused) {
   json doc = tiny_tokenizer(false);
   doc["model"]["vocab"]["xyz"] = 5;

@@ -442,6 +442,14 @@ void check_bpe_options(const json& model, const std::string& path) {
   if (!type.is_string() || type.get<std::string>() != "BPE")
     throw file_error(path, "model.type is " + type.dump() + "; only \"BPE\" is supported");
   if (model.value("byte_fallback", false)) throw file_error(path, "model.byte_fallback is not supported");
+  // Hugging Face emits a word that is itself in the vocabulary as one token, merges or not.
+  if (model.contains("ignore_merges") && model["ignore_merges"] != false)
+    throw file_error(path, "model.ignore_merges " + model["ignore_merges"].dump() +
+                               " is not supported (kvscope always applies the merges; Qwen's file says false)");
+  // BPE-dropout skips merges at random while training; an encoder must not.
+  if (model.contains("dropout") && !model["dropout"].is_null())
+    throw file_error(path,
+                     "model.dropout " + model["dropout"].dump() + " is not supported (null: every merge applies)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty())
       throw file_error(path, std::string("model.") + key + " is not supported");
