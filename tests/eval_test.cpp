@@ -216,6 +216,13 @@ TEST(Heads, EvenAttentionBaselineMatchesItsDefinition) {
   const HeadStats u = uniform_head_stats(101, s);   // one query, at position 100: 101 keys
   EXPECT_NEAR(u.sink, 4.0 / 101, 1e-12);
   EXPECT_NEAR(u.local, 10.0 / 101, 1e-12);
+  // 86 middle keys [4, 90), each given the same: their top 10% (8 keys) hold 8/86. It
+  // was printed as 10% whatever the count; 1/14 = 7.1% for 14 keys.
+  EXPECT_NEAR(u.heavy, 8.0 / 86, 1e-12);
+  s.from = 50, s.recent = 32;
+  EXPECT_NEAR(uniform_head_stats(60, s).heavy, 1.0 / 14, 1e-12);
+  s.from = 256;  // the defaults: 220 middle keys
+  EXPECT_NEAR(uniform_head_stats(300, s).heavy, 0.1, 1e-12);
 }
 
 TEST(Heads, SharesAreFractionsOfEachQuerysAttention) {
@@ -224,10 +231,11 @@ TEST(Heads, SharesAreFractionsOfEachQuerysAttention) {
   s.from = 64;
   const auto stats = head_stats(m, random_windows(2, 96, 300, 4), s);
   ASSERT_EQ(stats.size(), size_t(m.config.num_layers * m.config.num_heads));
+  const double even = uniform_head_stats(96, s).heavy;  // 2 of 28 middle keys: 7.1%
   for (const HeadStats& h : stats) {
     EXPECT_GT(h.sink, 0);
     EXPECT_LT(h.sink + h.local, 1.0 + 1e-6);
-    EXPECT_GE(h.heavy, 0.1 - 1e-6);   // the top tenth holds at least a tenth
+    EXPECT_GE(h.heavy, even - 1e-6);   // the top 10% of keys hold at least their count's share
     EXPECT_LE(h.heavy, 1.0 + 1e-6);
   }
 }

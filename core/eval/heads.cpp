@@ -13,11 +13,14 @@ namespace kvscope {
 
 namespace {
 
+// The top 10% of n middle keys, at least one.
+size_t top_decile(size_t n) { return std::max<size_t>(1, n / 10); }
+
 // Share of the middle keys' attention held by their top 10%.   received: [n] column sums
 double top_decile_share(std::vector<double> received) {
   if (received.empty()) return 0;
   const double total = std::accumulate(received.begin(), received.end(), 0.0);
-  const size_t top = std::max<size_t>(1, received.size() / 10);
+  const size_t top = top_decile(received.size());
   std::partial_sort(received.begin(), received.begin() + top, received.end(), std::greater<>());
   return total > 0 ? std::accumulate(received.begin(), received.begin() + top, 0.0) / total : 0;
 }
@@ -94,7 +97,10 @@ HeadStats uniform_head_stats(int length, const HeadSettings& s) {
   }
   u.sink /= length - s.from;
   u.local /= length - s.from;
-  u.heavy = 0.1;
+  // Every middle key gets the same from each query, so their top 10% hold exactly their
+  // count's share: 10% of 220 keys, but 1 of 14 (7.1%) when --from leaves 14.
+  const size_t middle = size_t(s.from - s.recent - s.sinks);
+  u.heavy = double(top_decile(middle)) / double(middle);
   return u;
 }
 
