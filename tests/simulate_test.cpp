@@ -381,6 +381,33 @@ TEST(SimulateCommand, OneShotDownToABudgetSaysWhatItKeeps) {
   EXPECT_NE(r.output.find("expected (0.75)^16 = 1.0% of blocks freed"), std::string::npos) << r.output;
 }
 
+// The setup line gives the fraction evicted in whole tokens (--evict 0.875 of 100 is
+// 88, 88.0%: it said 87.5%), and the law gives a part-full last block its own term:
+// with 4 tokens it empties as (0.9)^4, not (0.9)^16 (the law once said 18.5% for 20
+// tokens in two blocks).
+TEST(SimulateCommand, TheLawCountsAPartFullLastBlockAndTheSetupTheRoundedFraction) {
+  ProgramRun r = run_kvscope("simulate --tokens 20 --evict 0.9 --strategy holes");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("evicts 90.0% of the tokens (18 of 20) in one round"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expected (0.9)^16 x 1 / 2 + (0.9)^4 / 2 = 42.1% of blocks freed without compaction: a "
+                          "block returns to the pool only\nwhen all 16 of its tokens (the last block's 4) were "
+                          "evicted, each with probability 0.9.\n"),
+            std::string::npos)
+      << r.output;
+  r = run_kvscope("simulate --tokens 100 --strategy holes");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("evicts 88.0% of the tokens (88 of 100: --evict 0.875 rounded) in one round"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("expected (0.88)^16 x 6 / 7 + (0.88)^4 / 7 = 19.7%"), std::string::npos) << r.output;
+  r = run_kvscope("simulate --tokens 10 --evict 0.9 --strategy holes");  // one block, part-full
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("expected (0.9)^10 = 34.9% of blocks freed without compaction: a block returns to the "
+                          "pool only\nwhen all 10 of its tokens were evicted, each with probability 0.9.\n"),
+            std::string::npos)
+      << r.output;
+}
+
 // A workload other than uniform gives each token an importance; the table then
 // says what share of it the survivors hold.
 TEST(SimulateCommand, AWorkloadOfImportanceAddsWhatWasKept) {

@@ -201,10 +201,15 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
   else if (c.schedule.budget > 0)
     std::printf("one-shot: %s policy keeps %s token%s in one round; workload %s\n", c.policy.c_str(),
                 commas(c.schedule.budget).c_str(), c.schedule.budget == 1 ? "" : "s", c.workload.c_str());
-  else
-    std::printf("one-shot: %s policy evicts %s of the tokens (%s of %s) in one round; workload %s\n",
-                c.policy.c_str(), percent(c.evict_fraction).c_str(), commas(c.tokens - one_shot_keep(c)).c_str(),
-                commas(c.tokens).c_str(), c.workload.c_str());
+  else {  // the fraction evicted in whole tokens, and --evict where that rounds it
+    const int64_t evicted = c.tokens - one_shot_keep(c);
+    const double f = double(evicted) / double(c.tokens);
+    const std::string rounded =
+        percent(f) == percent(c.evict_fraction) ? "" : ": --evict " + number_text(c.evict_fraction) + " rounded";
+    std::printf("one-shot: %s policy evicts %s of the tokens (%s of %s%s) in one round; workload %s\n",
+                c.policy.c_str(), percent(f).c_str(), commas(evicted).c_str(), commas(c.tokens).c_str(),
+                rounded.c_str(), c.workload.c_str());
+  }
   std::printf("protected: %s, %d recent%s\n", plural(c.schedule.sinks, "sink").c_str(), c.schedule.recent,
               !c.streaming && c.schedule.sinks + c.schedule.recent == 0 ? " (the one-shot default)" : "");
   if (a.seeds > 1)
@@ -234,22 +239,28 @@ void print_protected_law(const SimulationConfig& c) {
   std::printf("Compaction gives back 1 - ceil(live / %d) / blocks.\n", c.block_size);
 }
 
-// Random one-shot eviction: the law, next to the measurement.
+// Random one-shot eviction: the law, next to the measurement. f is the fraction the
+// round evicts (--evict after rounding to whole tokens, or 1 - budget / tokens); a
+// part-full last block has fewer tokens to lose, so it empties more often.
 void print_law(const SimulationConfig& c) {
   if (c.streaming || c.policy != "random") return;
   if (c.schedule.sinks + c.schedule.recent > 0) return print_protected_law(c);
-  const double f = c.schedule.budget > 0
-                       ? 1.0 - double(std::min<int64_t>(c.schedule.budget, c.tokens)) / double(c.tokens)
-                       : c.evict_fraction;
-  const std::string when = c.block_size == 1 ? "when its one token was evicted, with probability "
-                                              : "when all " + std::to_string(c.block_size) +
-                                                    " of its tokens were evicted, each with probability ";
-  std::printf(
-      "\nexpected (%s)^%d = %s of blocks freed without compaction: a block returns to the pool only\n"
-      "%s%s",
-      fmt("%.4g", f).c_str(), c.block_size, percent(expected_blocks_freed(f, c.block_size)).c_str(), when.c_str(),
-      fmt("%.4g", f).c_str());
-  std::printf(".\nCompaction gives back 1 - ceil(live / %d) / blocks.\n", c.block_size);
+  const ProtectedLaw law = expected_blocks_freed(c.tokens, c.tokens - one_shot_keep(c), 0, 0, c.block_size);
+  const std::string f = fmt("%.4g", double(law.evicted) / double(law.unprotected));
+  const std::string n = std::to_string(c.block_size), last = std::to_string(law.part_full);
+  const int full = law.blocks - (law.part_full > 0);  // blocks of block_size tokens
+  std::string sum = full ? "(" + f + ")^" + n : "(" + f + ")^" + last;
+  if (full && law.part_full)
+    sum += " x " + commas(full) + " / " + commas(law.blocks) + " + (" + f + ")^" + last + " / " + commas(law.blocks);
+  const int one = full ? c.block_size : law.part_full;  // tokens of a block, when all are alike
+  const std::string when = one == 1                      ? "when its one token was evicted, with probability "
+                           : full == 0 || !law.part_full ? "when all " + std::to_string(one) +
+                                                               " of its tokens were evicted, each with probability "
+                                                         : "when all " + n + " of its tokens (the last block's " +
+                                                               last + ") were evicted, each with probability ";
+  std::printf("\nexpected %s = %s of blocks freed without compaction: a block returns to the pool only\n"
+              "%s%s.\nCompaction gives back 1 - ceil(live / %d) / blocks.\n",
+              sum.c_str(), percent(law.expected).c_str(), when.c_str(), f.c_str(), c.block_size);
 }
 
 void run_simulate(const SimulateArgs& a) {
