@@ -42,6 +42,19 @@ TEST(GenerateSummary, HolesAndReuseSayWhyNothingMoved) {
   EXPECT_EQ(reuse.output.find("compaction moved"), std::string::npos) << reuse.output;
 }
 
+// One new token is sampled from the prompt's pass, with no decode step: its speed was
+// printed as "0.0 tokens/s".
+TEST(GenerateSummary, OneNewTokenHasNoDecodeSpeed) {
+  const ProgramRun one = run_kvscope("generate --prompt hi -n 1 --temperature 0");
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find(" | decode: 1 token, no decode step to time\n"), std::string::npos) << one.output;
+  const ProgramRun two = run_kvscope("generate --prompt hi -n 2 --temperature 0");
+  ASSERT_EQ(two.code, 0) << two.output;
+  const size_t at = two.output.find(" | decode: 2 tokens, ");
+  ASSERT_NE(at, std::string::npos) << two.output;
+  EXPECT_GT(std::atof(two.output.c_str() + at + 21), 0) << two.output;
+}
+
 // The line "weights: matrices ..., X MB" of a run with --weights FORMAT: the text
 // before ", X MB", and X.
 struct WeightsLine {

@@ -206,9 +206,11 @@ GenerateOptions generate_options(const GenerateArgs& a, const ModelConfig& confi
 
 // The lines a run ends with, on stderr: the speeds, the device, the weights, the cache.
 void print_summary(const GenerateStats& stats, const Model& model, const GenerateArgs& a) {
-  std::fprintf(stderr, "\nprompt: %s, %.1f tokens/s | decode: %s, %.1f tokens/s%s\n",
-               plural(stats.prompt_tokens, "token").c_str(), stats.prefill_tokens_per_second(),
-               plural(stats.new_tokens, "token").c_str(), stats.decode_tokens_per_second(),
+  // The first new token is sampled from the prompt's pass: a decode speed needs a second.
+  const std::string decode_speed = stats.decode_steps > 0 ? fmt("%.1f tokens/s", stats.decode_tokens_per_second())
+                                                          : std::string("no decode step to time");
+  std::fprintf(stderr, "\nprompt: %s, %.1f tokens/s | decode: %s, %s%s\n", plural(stats.prompt_tokens, "token").c_str(),
+               stats.prefill_tokens_per_second(), plural(stats.new_tokens, "token").c_str(), decode_speed.c_str(),
                stats.stopped ? " (stopped at end of sequence)" : "");
   // Said from the engine that ran, not from --device: a fall-back to the CPU would show.
   if (stats.backend != "cpu") std::fprintf(stderr, "device: the model ran on the %s backend\n", stats.backend.c_str());
