@@ -233,6 +233,15 @@ TEST_F(BrokenCheckpoint, ConfigIsNotJson) {
   expect_error(config(), "not valid JSON");
 }
 
+// Valid JSON that is not an object was called "not valid JSON".
+TEST_F(BrokenCheckpoint, GenerationConfigThatIsNotAnObject) {
+  const fs::path gen = dir_ / "generation_config.json";
+  write(gen, "[1]");
+  expect_error(gen, "expected a JSON object");
+  write(gen, "{\"eos_token_id\": ");
+  expect_error(gen, "not valid JSON");
+}
+
 TEST_F(BrokenCheckpoint, ConfigIsADirectory) {  // once "not valid JSON": a directory reads as empty
   fs::remove(config());
   fs::create_directory(config());

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -143,8 +144,10 @@ void run_bench(const BenchArgs& a) {
   for (int t : a.threads) {
     bandwidth.push_back(measure_read_bandwidth_gbs(size_t(a.bandwidth_gib * (1u << 30)), t, 5));
     const bool gib = a.bandwidth_gib >= 0.1;  // "0.0 GiB" hides a 1 MiB probe
-    std::printf("DRAM read bandwidth, %s: %.1f GB/s (streaming sum over %.1f %s, best of 5)\n",
-                plural(t, "thread").c_str(), bandwidth.back(), gib ? a.bandwidth_gib : a.bandwidth_gib * 1024,
+    const double size = gib ? a.bandwidth_gib : a.bandwidth_gib * 1024;
+    const bool tenths = std::fabs(size * 10 - std::round(size * 10)) < 1e-9;  // 1.0, not 1; 0.25, not 0.2
+    std::printf("DRAM read bandwidth, %s: %.1f GB/s (streaming sum over %s %s, best of 5)\n",
+                plural(t, "thread").c_str(), bandwidth.back(), fmt(tenths ? "%.1f" : "%.3g", size).c_str(),
                 gib ? "GiB" : "MiB");
   }
   // More threads reading slower than fewer: something else was running on these cores,

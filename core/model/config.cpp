@@ -250,7 +250,8 @@ ModelConfig load_config(const std::string& model_dir) {
   std::string gen = model_dir + "/generation_config.json";
   if (path_exists(gen)) {  // a directory by that name is refused when read, not passed over
     json g = json::parse(read_file(gen), nullptr, false);
-    if (g.is_discarded() || !g.is_object()) throw file_error(gen, "not valid JSON");
+    if (g.is_discarded()) throw file_error(gen, "not valid JSON");
+    if (!g.is_object()) throw file_error(gen, "expected a JSON object");
     add_eos_ids(g, c.eos_token_ids, gen);
   }
   return c;
