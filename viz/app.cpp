@@ -130,10 +130,15 @@ void App::keyboard() {
 std::vector<App::HeadlinePiece> App::headline_pieces() const {
   if (!session) return {{"kvscope"}};
   auto evicted = [&](int v) { return "evicted " + percent(session->view(v).counters().evicted_fraction()); };
+  // A served run is compared by its average: each schedules the requests its own way,
+  // so at one moment the runs hold different sequences, each against its own full cache
+  // (holes might hold 1 block of 1, compaction 23 of 59: "freed 0%" against "61%").
   auto freed = [&](int v) {
     const Counters& c = session->view(v).counters();
     const std::string label = " (" + view_label(session->view(v).run()) + ")";
     if (c.all_released()) return percent(c.mean_freed_fraction()) + " on average" + label;
+    if (session->view(v).run().served() && c.written > 0)
+      return percent(c.mean_freed_fraction()) + " on average so far" + label;
     return percent(c.blocks_freed_fraction()) + label;
   };
   bool same_evicted = true;

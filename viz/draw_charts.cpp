@@ -75,6 +75,7 @@ void polyline(ImDrawList* dl, const Frame& f, const std::vector<Sample>& h, cons
 // The chart's key, in a box in a corner of the plot: a line sample, a label, the value at the cursor.
 struct Key {
   std::string label;
+  std::string brief;  // the label in a narrow chart: the measure in a word, the run by its short name
   std::string value;
   uint32_t colour;
   bool dashed;
@@ -100,15 +101,14 @@ ImVec2 key_size(const std::vector<Key>& keys) {
 }
 
 // In a narrow window, a key wider than its plot drops its values (the counters
-// table has them), then what its labels say after a ',' or ':' (which run: the
-// line's colour, the pool headers' colour, says it too), before it is cut at the
-// chart's edge.
+// table has them), then takes its brief labels ("freed (holes)" for "blocks freed,
+// holes only": each still names its run), before it is cut at the chart's edge.
 std::vector<Key> fitted(std::vector<Key> keys, const Frame& f) {
   const float room = f.b.x - f.a.x - px(12);
   if (key_size(keys).x > room)
     for (Key& k : keys) k.value.clear();
   if (key_size(keys).x > room)
-    for (Key& k : keys) k.label = k.label.substr(0, k.label.find_first_of(",:"));
+    for (Key& k : keys) k.label = k.brief;
   return keys;
 }
 
@@ -239,18 +239,19 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   std::vector<Key> keys;
   for (int v = 0; v < evicted_lines; ++v) {
     const Timeline& t = s.view(v);
-    keys.push_back({evicted_lines == 1 ? std::string("tokens evicted")
-                                       : "tokens evicted, " + view_title(t.run()),
+    keys.push_back({evicted_lines == 1 ? std::string("tokens evicted") : "tokens evicted, " + view_title(t.run()),
+                    evicted_lines == 1 ? std::string("tokens evicted") : "evicted (" + view_label(t.run()) + ")",
                     percent(t.counters().evicted_fraction()), evicted_colour(v), false});
   }
   for (int v = 0; v < s.views(); ++v) {
     const Timeline& t = s.view(v);
-    keys.push_back({"blocks freed, " + view_title(t.run()),
+    keys.push_back({"blocks freed, " + view_title(t.run()), "freed (" + view_label(t.run()) + ")",
                     percent(t.counters().blocks_freed_fraction()), view_colour(s, v), false});
   }
   if (law)
     keys.push_back({"law (evicted)^" + std::to_string(c0.block_size) + ": one-shot random, holes",
-                    percent(c0.expected_freed_fraction()), palette::kExpectedLine, true});
+                    "law (evicted)^" + std::to_string(c0.block_size), percent(c0.expected_freed_fraction()),
+                    palette::kExpectedLine, true});
   keys = fitted(std::move(keys), f);
   static KeyPlace placed;
   key_box(dl, key_corner(f, key_size(keys), s, lines, placed), keys);
@@ -304,10 +305,11 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   for (int v = 0; v < s.views(); ++v) {
     const Timeline& t = s.view(v);
     const uint32_t colour = view_colour(s, v);
-    keys.push_back({"in use, " + view_title(t.run()),
+    keys.push_back({"in use, " + view_title(t.run()), "in use (" + view_label(t.run()) + ")",
                     bytes(double(t.counters().memory_in_use())), colour, false});
     if (t.moves() > 0)
       keys.push_back({std::string(right_axis ? "moved so far (right axis), " : "moved so far, ") + view_title(t.run()),
+                      "moved (" + view_label(t.run()) + (right_axis ? "), right axis" : ")"),
                       bytes(double(t.counters().bytes_moved())), colour, true});
   }
   keys = fitted(std::move(keys), f);
