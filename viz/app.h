@@ -67,6 +67,9 @@ struct SlotFlash {
 // of the events of [Session::flash_from, cursor), each slot's latest, while the slot
 // still shows its result. So a slot shows one flash at most.
 std::vector<SlotFlash> slot_flashes(const Session& s, int view);
+// What an empty slot of a view is, in lines (the tooltip's, the hover panel's): free,
+// not written yet, or a hole, and when a hole's block comes back.
+std::vector<std::string> empty_slot_lines(const Timeline& t, int block, int slot);
 
 class App {
  public:

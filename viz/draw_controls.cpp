@@ -261,11 +261,16 @@ void counters(App& app) {
 void hover_details(App& app) {
   heading("UNDER THE MOUSE");
   const Hover& h = app.hovered;
+  const Session& s = *app.session;
+  if (!h.token() && h.view >= 0 && h.block >= 0) {  // an empty slot: free, room or a hole
+    ImGui::Text("%s: block %d, slot %d", view_label(s.view(h.view).run()).c_str(), h.block, h.slot);
+    for (const std::string& line : empty_slot_lines(s.view(h.view), h.block, h.slot)) text_wrapped(line);
+    return;
+  }
   if (!h.token()) {
     ImGui::TextDisabled("hover a slot or a token");
     return;
   }
-  const Session& s = *app.session;
   ImGui::Text("sequence %d, position %lld", h.seq, (long long)h.pos);
   const std::string& text = s.primary_view().run().text(h.seq, h.pos);
   if (!text.empty()) ImGui::Text("\"%s\"", text.c_str());

@@ -215,14 +215,8 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
   const int64_t pos = occ.position(block, slot);
   ImGui::BeginTooltip();
   ImGui::Text("block %d, slot %d", block, slot);
-  if (owner < 0) {
-    ImGui::TextUnformatted("free: in the pool, ready for any sequence");
-  } else if (pos == kEmpty && !t.used(block, slot)) {
-    ImGui::Text("not written yet: room in a block of sequence %d", owner);
-  } else if (pos == kEmpty) {
-    ImGui::Text("hole in a block of sequence %d (%d of %d slots live)", owner, occ.live_in_block(block),
-                occ.block_size());
-    ImGui::TextUnformatted("the block returns to the pool only when every slot is empty");
+  if (owner < 0 || pos == kEmpty) {
+    for (const std::string& line : empty_slot_lines(t, block, slot)) ImGui::TextUnformatted(line.c_str());
   } else {
     ImGui::Text("sequence %d, absolute position %lld", owner, (long long)pos);
     if (auto sc = scores(owner, pos); sc && std::isinf(*sc))
@@ -240,6 +234,18 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
 }
 
 }  // namespace
+
+std::vector<std::string> empty_slot_lines(const Timeline& t, int block, int slot) {
+  const Occupancy& occ = t.occupancy();
+  const int owner = occ.owner(block);
+  if (owner < 0) return {"free: in the pool, ready for any sequence"};
+  if (!t.used(block, slot)) return {"not written yet: room in a block of sequence " + std::to_string(owner)};
+  return {"hole in a block of sequence " + std::to_string(owner) + " (" + std::to_string(occ.live_in_block(block)) +
+              " of " + std::to_string(occ.block_size()) + " slots live)",
+          t.run().header.strategy == MemoryStrategy::ReuseHoles
+              ? "the sequence's next tokens fill it; the block returns to the pool only when every slot is empty"
+              : "the block returns to the pool only when every slot is empty"};
+}
 
 namespace {
 

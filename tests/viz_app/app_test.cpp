@@ -325,6 +325,48 @@ TEST_F(HeadlessApp, TheMouseOnASlotNamesItsTokenInEveryView) {
 }
 
 // Where a view's blocks are: its pool's place and shape on screen.
+// The mouse on an empty slot: the hover panel said "hover a slot or a token" while the
+// tooltip named the hole. Both say what it is now (empty_slot_lines), and under hole
+// reuse, that the sequence's next tokens fill it.
+TEST_F(HeadlessApp, TheMouseOnAHoleSaysWhatItIs) {
+  app.load(scenario("reuse-vs-compact"));
+  Session& s = *app.session;
+  std::vector<std::string> lines;
+  for (size_t c = s.length() / 2; c < s.length() && lines.empty(); c += 7) {  // a moment with a hole
+    s.seek(c);
+    const Timeline& t = s.view(0);
+    for (int b = 0; b < t.occupancy().num_blocks() && lines.empty(); ++b)
+      for (int j = 0; j < t.occupancy().block_size() && lines.empty(); ++j)
+        if (t.occupancy().owner(b) >= 0 && t.occupancy().position(b, j) == kEmpty && t.used(b, j)) {
+          frame();
+          const ImVec2 lo = app.pools[0].slot_min(b, j);
+          ImGui::GetIO().MousePos = {lo.x + 1, lo.y + 1};
+          frame();
+          EXPECT_EQ(app.hover.block, b);
+          EXPECT_EQ(app.hover.slot, j);
+          EXPECT_FALSE(app.hover.token());
+          lines = empty_slot_lines(t, b, j);
+          ASSERT_EQ(lines.size(), 2u);
+          EXPECT_EQ(lines[0], "hole in a block of sequence " + std::to_string(t.occupancy().owner(b)) + " (" +
+                                  std::to_string(t.occupancy().live_in_block(b)) + " of 16 slots live)");
+        }
+  }
+  ASSERT_FALSE(lines.empty()) << "reuse never left a hole to hover";
+  EXPECT_EQ(lines[1], "the sequence's next tokens fill it; the block returns to the pool only when every slot is empty");
+  frame();  // the panel draws what the last frame hovered
+
+  app.load(scenario("blog-1k-random"));
+  app.session->seek(app.session->length());
+  const Timeline& holes = app.session->view(0);
+  for (int b = 0; b < holes.occupancy().num_blocks(); ++b)
+    for (int j = 0; j < holes.occupancy().block_size(); ++j)
+      if (holes.occupancy().position(b, j) == kEmpty && holes.used(b, j)) {
+        EXPECT_EQ(empty_slot_lines(holes, b, j).back(), "the block returns to the pool only when every slot is empty");
+        return;
+      }
+  ADD_FAILURE() << "no hole in blog-1k-random's holes view";
+}
+
 std::string where(const PoolGeometry& g) {
   return "at (" + std::to_string(g.origin.x) + ", " + std::to_string(g.origin.y) + "), " + std::to_string(g.columns) +
          " columns of " + std::to_string(g.slot_w) + "x" + std::to_string(g.slot_h) + " slots";
