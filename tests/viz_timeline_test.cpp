@@ -432,6 +432,7 @@ TEST(VizTimeline, FreedOnAverageWeighsEveryTokenWritten) {
 
   Occupancy occ(cache.num_blocks(), cache.block_size());
   Counters c(cache.block_size(), 1);
+  EXPECT_TRUE(std::isnan(c.blocks_freed_fraction()));  // nothing written yet: not "0.0% of 0"
   for (const Event& e : log) {
     occ.apply(e);
     c.count(e, occ);

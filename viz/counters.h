@@ -15,8 +15,8 @@
 //   full-cache blocks  per sequence not released, ceil(positions used / block_size),
 //                      summed: what the same live sequences would hold with no eviction
 //   blocks in use      Occupancy::blocks_in_use() (the pool's blocks owned by a sequence)
-//   blocks freed %     1 - blocks in use / full-cache blocks (none when every sequence
-//                      written so far was released: nothing is held to compare)
+//   blocks freed %     1 - blocks in use / full-cache blocks (none before a token is
+//                      written, or when every sequence written was released: nothing to compare)
 //   freed on average   blocks freed %, taken after every SlotWritten event and averaged:
 //                      a served run's summary, since at its end every request is released
 //   memory in use      blocks in use x block_size x bytes per token
@@ -64,12 +64,11 @@ struct Counters {
   bool all_released() const { return written > 0 && full_cache_blocks == 0; }
   // Not below 0: between a block's allocation and its first token the cache
   // holds one block more than the tokens written so far need. NaN (shown as "-",
-  // a gap in the chart) once every sequence is released: nothing is held to compare.
+  // a gap in the chart) before a token is written, and once every sequence is
+  // released: nothing is held to compare (it read "0.0% of 0").
   double blocks_freed_fraction() const {
-    if (all_released()) return NAN;
-    return full_cache_blocks && blocks_in_use < full_cache_blocks
-               ? 1.0 - double(blocks_in_use) / double(full_cache_blocks)
-               : 0.0;
+    if (full_cache_blocks == 0) return NAN;
+    return blocks_in_use < full_cache_blocks ? 1.0 - double(blocks_in_use) / double(full_cache_blocks) : 0.0;
   }
   // Averaged over the tokens written so far: a written token is one step of one
   // sequence's work, so each moment of the run weighs as much work as was done in it.

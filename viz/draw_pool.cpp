@@ -190,8 +190,9 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   const std::string most = in_use_text(blocks, c.bytes_per_block());
   std::string numbers = " " + in_use;
   numbers += bar(" " + most + "  |  " + freed("100.0%", std::max<int64_t>(blocks, c.full_cache_blocks)));
-  numbers += c.all_released() ? "every sequence released"
-                              : freed(percent(c.blocks_freed_fraction()), c.full_cache_blocks);
+  numbers += c.all_released()  ? "every sequence released"
+              : c.written == 0 ? "nothing written yet"
+                               : freed(percent(c.blocks_freed_fraction()), c.full_cache_blocks);
   text_wrapped(numbers, right);
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   const auto moved = [](const std::string& amount, int64_t slots) {
