@@ -108,7 +108,9 @@ void run_fields(RunSettings& e) {
     ImGui::SameLine();
     ImGui::RadioButton("streaming", &mode, 1);
     e.streaming = mode == 1;
-    ImGui::InputScalar("tokens", ImGuiDataType_S64, &e.tokens);
+    // Several sequences are of different lengths: the field is the first one's (the ID
+    // after ### stays, so typing keeps its focus when the label changes).
+    ImGui::InputScalar(e.sequences > 1 ? "tokens, seq 0###tokens" : "tokens###tokens", ImGuiDataType_S64, &e.tokens);
     if (ImGui::IsItemHovered() && e.sequences > 1)
       ImGui::SetTooltip("the first sequence's; the others are 0.75, 0.9 and 0.6 times as long (scenarios.cpp)");
     ImGui::SliderInt("sequences", &e.sequences, 1, 4);
@@ -137,11 +139,12 @@ void keep_in_range(RunSettings& e) {
   e.recent = std::max(e.recent, 0);
 }
 
-// The memory strategy of the left view and, side by side, of the right one.
+// The memory strategy of the first view and, with a second view, of the second one
+// (side by side, or below in a narrow window).
 void strategy_fields(RunSettings& e) {
   strategy_combo("left", e.strategies[0]);
   bool two = e.strategies.size() == 2;
-  if (ImGui::Checkbox("side by side", &two)) {
+  if (ImGui::Checkbox("compare with a second view", &two)) {
     if (two) e.strategies.push_back(e.strategies[0] == MemoryStrategy::Compact ? MemoryStrategy::HolesOnly : MemoryStrategy::Compact);
     else e.strategies.resize(1);
   }
