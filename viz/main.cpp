@@ -391,7 +391,7 @@ int write_screenshot(App& app, const Args& a, int width, int height, ImVec2 mous
   bool ok = false;
   std::fputs(app.verify(back, w, h, tooltips, ok).c_str(), stdout);
   std::fflush(stdout);  // the report first, then the error under it
-  if (!ok) fail("--verify: the screenshot does not show the cache's state (the lines above say where)");
+  if (!ok) fail("--verify: failed (the lines above say why)");
   return 0;
 }
 
