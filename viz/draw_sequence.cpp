@@ -239,6 +239,8 @@ void draw_sequence(App& app, ImVec2 size) {
   } else if (!s.same_schedule()) {  // two traces of different runs (kvscope-viz --trace A,B)
     why = "(" + shown + "; the other wrote or evicted other tokens)";
   }
+  // Runs that differ: the counts name theirs, even where the reason is left to a tooltip.
+  if (s.views() > 1 && (t.run().served() || !s.same_schedule())) counts = view_label(t.run()) + ": " + counts;
   // The counts and the reason on the title's line when they fit there; in a narrow
   // window, the reason goes on the lines below, unless that would leave the strip less
   // than two lines of tokens (a short window): then it is the counts' tooltip.
