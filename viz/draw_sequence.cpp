@@ -17,17 +17,23 @@ namespace kvscope::viz {
 
 namespace {
 
-enum class State { Future, Live, Evicted };
+// A token not yet written, in the cache, evicted by the policy, or gone with its
+// sequence when a served request finished or was preempted (not the policy's choice).
+enum class State { Future, Live, Evicted, Released };
 
 State state_of(const Timeline& t, int seq, int64_t pos) {
-  if (pos >= t.counters().next_position(seq)) return State::Future;
-  return t.locate(seq, pos).block >= 0 ? State::Live : State::Evicted;
+  const Counters& c = t.counters();
+  if (pos >= c.next_position(seq)) return State::Future;
+  if (t.locate(seq, pos).block >= 0) return State::Live;
+  const bool released = seq < int(c.released_seq.size()) && c.released_seq[size_t(seq)];
+  return released ? State::Released : State::Evicted;
 }
 
 uint32_t colour_of(State st, int seq, int64_t pos, const ScoresAt& scores) {
   switch (st) {
     case State::Future: return palette::kSeqFuture;
     case State::Evicted: return palette::kSeqEvicted;
+    case State::Released: return palette::kSeqReleased;
     case State::Live: {
       const auto sc = scores(seq, pos);
       return palette::token(seq, sc ? std::optional(scores.shade(*sc)) : std::nullopt, scores.known());
@@ -45,11 +51,10 @@ void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& sco
   if (!text.empty()) ImGui::Text("text \"%s\"", text.c_str());
   if (st == State::Future) {
     ImGui::TextUnformatted("not written yet");
+  } else if (st == State::Released) {
+    ImGui::TextUnformatted("released: its request finished or was preempted, and its sequence went with its blocks");
   } else if (st == State::Evicted) {
-    const Counters& c = s.primary_view().counters();
-    const bool released = seq < int(c.released_seq.size()) && c.released_seq[size_t(seq)];
-    ImGui::TextUnformatted(released ? "gone: its request finished or was preempted, and the sequence was released"
-                                    : "evicted: its slot became a hole");
+    ImGui::TextUnformatted("evicted: its slot became a hole");
   } else {
     if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g", *sc);
     for (int v = 0; v < s.views(); ++v) {
@@ -93,13 +98,15 @@ CellGrid cell_grid(int64_t n, float width, float height) {
 // evicted to live by the share of its written tokens still live.
 uint32_t cell_colour(const Timeline& t, int seq, int64_t n, const CellGrid& grid, int64_t c, const ScoresAt& scores) {
   if (grid.g == 1) return colour_of(state_of(t, seq, c), seq, c, scores);
-  int live = 0, written = 0;
+  int live = 0, written = 0, released = 0;
   for (int64_t p = c * grid.g; p < std::min(n, (c + 1) * grid.g); ++p) {
     const State st = state_of(t, seq, p);
     written += st != State::Future;
     live += st == State::Live;
+    released += st == State::Released;
   }
   if (written == 0) return palette::kSeqFuture;
+  if (released == written) return palette::kSeqReleased;
   return palette::mix(palette::kSeqEvicted, palette::live(seq, 0, false), float(live) / float(written));
 }
 
@@ -181,7 +188,8 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
       const State st = state_of(t, k, pos);
       const ImVec2 a{x, y}, b{x + w - px(1), y + line_h - px(1)};
       if (st != State::Future) {
-        const uint32_t bg = st == State::Live ? palette::shade(colour_of(st, k, pos, scores), 0.55f) : palette::kSeqEvicted;
+        const uint32_t colour = colour_of(st, k, pos, scores);
+        const uint32_t bg = st == State::Live ? palette::shade(colour, 0.55f) : colour;
         dl->AddRectFilled(a, b, bg, px(2));
         newest_y = y, newest_seq = k, newest_pos = pos;
       }

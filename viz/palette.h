@@ -30,6 +30,7 @@ constexpr uint32_t kText = rgb(225, 228, 235);
 constexpr uint32_t kTextDim = rgb(140, 146, 158);
 constexpr uint32_t kGrid = rgb(60, 64, 74);
 constexpr uint32_t kSeqEvicted = rgb(96, 40, 40);  // sequence view: a token the policy dropped
+constexpr uint32_t kSeqReleased = rgb(108, 108, 100);  // sequence view: gone with its request (done or preempted)
 constexpr uint32_t kSeqFuture = rgb(40, 43, 50);   // sequence view: not written yet
 
 // Live slots take their sequence's colour (a block's owner), shaded by score.
