@@ -189,23 +189,37 @@ TEST(Eval, HolesColumnIsWhatARunUnderHolesOnlyHolds) {
   EXPECT_GE(scattered, 4);
 }
 
+// evaluate()'s refusal, or "accepted".
+std::string refusal(const Model& m, const std::vector<std::vector<int>>& windows, const EvalSettings& s) {
+  try {
+    evaluate(m, windows, s);
+    return "accepted";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 TEST(Eval, RefusesBadSettingsWithAMessage) {
   const Model m = load_model(test::tiny_model("tiny-tied"));
   EvalSettings s = small_settings();
   const auto w = random_windows(1, s.context + 1, 300, 3);
+  const auto expect_refused = [&](const std::vector<std::vector<int>>& windows, const std::string& part) {
+    const std::string why = refusal(m, windows, s);
+    EXPECT_NE(why.find(part), std::string::npos) << why;
+  };
   s.keep = {1.5};
-  EXPECT_THROW(evaluate(m, w, s), Error);
+  expect_refused(w, "eval: a kept fraction must be above 0 and below 1 (got 1.5)");
   s.keep = {0.05};   // 8 tokens < sinks + recent
-  EXPECT_THROW(evaluate(m, w, s), Error);
+  expect_refused(w, "is 8 tokens, fewer than the protected 4 sinks + 16 recent");
   s.keep = {0.97};   // 155 + 8 slack > 160: no round would come within the context
-  EXPECT_THROW(evaluate(m, w, s), Error);
+  expect_refused(w, "a round starts at 155 + 8 (--slack) = 163 live tokens, more than the context");
   s.keep = {0.9};    // 144 + 8 <= 160: one round
   EXPECT_NO_THROW(check_eval_settings(s, m.config.max_position_embeddings));
   s = small_settings();
   s.policies = {"triattention"};   // no calibration file
-  EXPECT_THROW(evaluate(m, w, s), Error);
+  expect_refused(w, "eval: policy triattention needs a calibration file");
   s = small_settings();
-  EXPECT_THROW(evaluate(m, random_windows(1, s.context, 300, 3), s), Error);   // one token short
+  expect_refused(random_windows(1, s.context, 300, 3), "eval: window 0 has 160 tokens; context 160 needs 161");
 }
 
 TEST(Heads, EvenAttentionBaselineMatchesItsDefinition) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <vector>
 
 #include "palette.h"
 
@@ -29,15 +30,16 @@ TEST(VizPalette, TheLegendNamesEverySequenceThatSharesAColour) {
 // A token the policy has not scored yet (written since its last round) once took
 // 85% of its owner's colour: high on the scale the legend reads as "brighter =
 // higher score". It is now greyed, off that scale, and named in the legend.
+int squared_distance(uint32_t a, uint32_t b) {
+  int d = 0;
+  for (int shift : {0, 8, 16}) {
+    const int x = int((a >> shift) & 0xFF) - int((b >> shift) & 0xFF);
+    d += x * x;
+  }
+  return d;
+}
+
 TEST(VizPalette, ATokenNotScoredYetIsOffTheScoreScale) {
-  const auto squared_distance = [](uint32_t a, uint32_t b) {
-    int d = 0;
-    for (int shift : {0, 8, 16}) {
-      const int x = int((a >> shift) & 0xFF) - int((b >> shift) & 0xFF);
-      d += x * x;
-    }
-    return d;
-  };
   // The same colour computed in two places may differ by one in a channel: a
   // compiler may fuse x * k + 0.5 into one rounding in one place and not the other
   // (the sanitizer build did).
@@ -49,6 +51,17 @@ TEST(VizPalette, ATokenNotScoredYetIsOffTheScoreScale) {
       EXPECT_GT(squared_distance(palette::unscored(seq), palette::live(seq, float(i) / 7, true)), 3 * 12 * 12)
           << "seq " << seq << ", shade " << i;
   }
+}
+
+// The sequence strip's four token states, told apart at a glance: a token released
+// with its served request was once drawn as evicted (struck through, the policy's red)
+// although the policy never chose it. Each pair at least 40 apart in RGB.
+TEST(VizPalette, TheStripsTokenStatesHaveTheirOwnColours) {
+  std::vector<uint32_t> states = {palette::kSeqFuture, palette::kSeqEvicted, palette::kSeqReleased};
+  for (int seq = 0; seq < palette::kOwnerColours; ++seq) states.push_back(palette::live(seq, 0, false));
+  for (size_t i = 0; i < states.size(); ++i)
+    for (size_t j = i + 1; j < states.size(); ++j)
+      EXPECT_GT(squared_distance(states[i], states[j]), 40 * 40) << "states " << i << " and " << j;
 }
 
 }  // namespace

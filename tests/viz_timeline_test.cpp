@@ -72,6 +72,7 @@ RunSettings small_streaming(const std::string& policy = "random", const std::str
 
 TEST(VizTimeline, StepForwardThenBackRestoresTheOccupancy) {
   const Recording rec = record(small_streaming(), {});
+  ASSERT_EQ(rec.runs.size(), 2u);
   for (const auto& run : rec.runs) {
     Timeline t(run);
     std::mt19937 rng(7);
@@ -685,6 +686,7 @@ TEST(VizScenarios, SharedPoolRunsReplayCleanly) {
   settings.budget = 96;
   settings.slack = 32;
   const Recording rec = record(settings, {});
+  ASSERT_EQ(rec.runs.size(), 2u);
   for (const auto& run : rec.runs) {
     Occupancy occ = replay(run->header, run->events);  // throws on any inconsistency
     occ.check_finished();

@@ -67,6 +67,12 @@ struct SlotFlash {
 // of the events of [Session::flash_from, cursor), each slot's latest, while the slot
 // still shows its result. So a slot shows one flash at most.
 std::vector<SlotFlash> slot_flashes(const Session& s, int view);
+// The sequence strip's title line: the primary view's counts ("798 written, 318 kept,
+// 480 evicted", named by their run when the two runs differ) and why that view's.
+struct StripCaption {
+  std::string counts, why;
+};
+StripCaption strip_caption(const Session& s);
 // What an empty slot of a view is, in lines (the tooltip's, the hover panel's): free,
 // not written yet, or a hole, and when a hole's block comes back.
 std::vector<std::string> empty_slot_lines(const Timeline& t, int block, int slot);

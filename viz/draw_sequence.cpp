@@ -230,6 +230,25 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
 
 }  // namespace
 
+StripCaption strip_caption(const Session& s) {
+  const Timeline& t = s.primary_view();
+  const Counters& c = t.counters();
+  StripCaption out;
+  out.counts = commas(c.written) + " written, " + commas(c.live()) + " kept, " + commas(c.evicted) + " evicted";
+  const std::string shown = std::string("the run on the ") + (s.primary() == 0 ? "left" : "right");
+  out.why = "(the policy's choice, the same under every strategy)";
+  if (t.run().served()) {  // served requests are scheduled by what each strategy frees, so their runs differ
+    out.counts += ", " + commas(c.released) + " released with their requests";
+    out.why = s.views() > 1 ? "(" + shown + "; each strategy schedules the requests differently)"
+                            : "(a row per request)";
+  } else if (!s.same_schedule()) {  // two traces of different runs (kvscope-viz --trace A,B)
+    out.why = "(" + shown + "; the other wrote or evicted other tokens)";
+  }
+  // Runs that differ: the counts name theirs, even where the reason is left to a tooltip.
+  if (s.views() > 1 && (t.run().served() || !s.same_schedule())) out.counts = view_label(t.run()) + ": " + out.counts;
+  return out;
+}
+
 void draw_sequence(App& app, ImVec2 size) {
   const Session& s = *app.session;
   const Timeline& t = s.primary_view();
@@ -238,17 +257,7 @@ void draw_sequence(App& app, ImVec2 size) {
   const float right = ImGui::GetCursorPosX() + size.x;  // this area's right edge, in window coordinates
   ImGui::TextUnformatted("The sequence, in token order:");
   const Counters& c = t.counters();
-  std::string counts = commas(c.written) + " written, " + commas(c.live()) + " kept, " + commas(c.evicted) + " evicted";
-  const std::string shown = std::string("the run on the ") + (s.primary() == 0 ? "left" : "right");
-  std::string why = "(the policy's choice, the same under every strategy)";
-  if (t.run().served()) {  // served requests are scheduled by what each strategy frees, so their runs differ
-    counts += ", " + commas(c.released) + " released with their requests";
-    why = s.views() > 1 ? "(" + shown + "; each strategy schedules the requests differently)" : "(a row per request)";
-  } else if (!s.same_schedule()) {  // two traces of different runs (kvscope-viz --trace A,B)
-    why = "(" + shown + "; the other wrote or evicted other tokens)";
-  }
-  // Runs that differ: the counts name theirs, even where the reason is left to a tooltip.
-  if (s.views() > 1 && (t.run().served() || !s.same_schedule())) counts = view_label(t.run()) + ": " + counts;
+  const auto [counts, why] = strip_caption(s);
   // The counts and the reason on the title's line when they fit there; in a narrow
   // window, the reason goes on the lines below, unless that would leave the strip less
   // than two lines of tokens (a short window): then it is the counts' tooltip.
