@@ -341,6 +341,13 @@ bool write_new_bodies(const Page& page, const std::vector<std::pair<size_t, std:
   return true;
 }
 
+// A chapter's page: README.md in a folder named NN-name (tutorials/03-evict-87-reclaim-12/).
+bool is_numbered_chapter(const fs::path& path) {
+  const std::string folder = path.parent_path().filename().string();
+  return path.filename() == "README.md" && folder.size() > 3 && std::isdigit(static_cast<unsigned char>(folder[0])) &&
+         std::isdigit(static_cast<unsigned char>(folder[1])) && folder[2] == '-';
+}
+
 bool check_file(const std::string& name, const Options& o) {
   Page page;
   page.name = name;
@@ -368,6 +375,8 @@ bool check_file(const std::string& name, const Options& o) {
     }
   }
   if (any_console) check_prose_numbers(page, printed);
+  else if (is_numbered_chapter(page.path))  // its numbers would go unchecked
+    page.fail(0, "a chapter quotes no ```console block: nothing it prints is checked, nor any number in its text");
   check_links(page);
 
   if (o.update && !new_bodies.empty() && !write_new_bodies(page, new_bodies)) page.ok = false;
