@@ -27,7 +27,7 @@ jobs="${JOBS:-$(nproc)}"
 packages=(
   build-essential cmake pkg-config
   libeigen3-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
-  libgtest-dev
+  libgtest-dev python3
   libimgui-dev libglfw3-dev libgl-dev libstb-dev libgl1-mesa-dri xvfb xauth fonts-dejavu-core x11-xserver-utils
 )
 
@@ -43,7 +43,8 @@ install_packages() {
     echo "== installing: ${missing[*]}"
     local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # Through env: sudo resets the environment, and a VAR=x before it would not reach apt-get.
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
   fi
 }
 
@@ -98,7 +99,7 @@ fi
 case "$mode" in
   demo|test|build|sanitize|fuzz) ;;
   -h|--help|help)
-    sed -n '2,19s/^# \{0,1\}//p' "$0"  # the header above: what each mode does
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"  # the header above: what each mode does
     exit 0
     ;;
   *)

@@ -27,7 +27,8 @@
 #
 # With this project's device tool: run(command="bash kernels/gpu_check.sh", timeout_s=600,
 # carry=["build-gpu/kvscope", "build-gpu/kvscope_tests", "build-gpu/lib"]); the report
-# comes back as gpu-results.md, to be committed as kernels/gpu-results.md.
+# comes back as gpu-results.md, to be committed as kernels/gpu-results.md. Prepare in the
+# checkout the tool copies (the session's own): a build in another clone does not travel.
 #
 # The programs find the repository's files (test models, configs) by the absolute
 # path they were built in; where the copy lives elsewhere, a symbolic link at that
@@ -127,7 +128,8 @@ if [ -x "$BUILD/kvscope_tests" ] && [ -x "$BUILD/kvscope" ]; then
   if [ -n "$built_in" ] && [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
     mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
   fi
-  export LD_LIBRARY_PATH="$PWD/$BUILD/lib:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  case "$BUILD" in /*) libs="$BUILD/lib" ;; *) libs="$PWD/$BUILD/lib" ;; esac  # BUILD may be absolute
+  export LD_LIBRARY_PATH="$libs:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # CUDA's runtime and cuBLAS elsewhere (a Python wheel's nvidia/ folder, say): look for them.
   if ldd "$BUILD/kvscope_tests" | grep -q 'not found'; then
     found=$(find /usr/local /usr/lib /opt -name 'libcu*.so.13' 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)

@@ -14,6 +14,7 @@
 
 #include "cache/occupancy.h"
 #include "cache/trace.h"
+#include "own_temp_dir.h"
 #include "run_kvscope.h"
 #include "sim/synthetic.h"
 #include "tokenizer/tokenizer.h"  // Tokenizer, read_text_file
@@ -311,7 +312,7 @@ TEST(VizTrace, TwoTracesOfOneStrategyAreToldApartByName) {
   c.tokens = 200;
   c.record_events = true;
   const SimulationResult r = simulate(c);
-  const std::string dir = testing::TempDir();
+  const std::string dir = test::own_temp_dir();
   const auto write = [&](const std::string& name, MemoryStrategy strategy) {
     write_trace(dir + name, {c.block_size, r.blocks_full_cache, strategy, {}}, r.events);
     return dir + name;

@@ -33,6 +33,7 @@
 #include "palette.h"
 #include "sim/synthetic.h"
 #include "util/format.h"
+#include "../own_temp_dir.h"
 
 namespace kvscope::viz {
 namespace {
@@ -629,7 +630,7 @@ TEST_F(HeadlessApp, ThePoolsStayPutWhileTheRunPlays) {
 }
 
 // Two traces of one simulated run, written as `kvscope simulate --trace` writes them
-// (`policy` in the meta), under testing::TempDir().
+// (`policy` in the meta), in the test's own scratch folder.
 struct TraceFile {
   std::string name, policy;
   MemoryStrategy strategy;
@@ -641,7 +642,7 @@ std::vector<std::string> write_traces(const TraceFile& left, const TraceFile& ri
   const SimulationResult r = simulate(c);
   std::vector<std::string> paths;
   for (const TraceFile& t : {left, right}) {
-    paths.push_back(testing::TempDir() + t.name);
+    paths.push_back(test::own_temp_dir() + t.name);
     write_trace(paths.back(), {c.block_size, r.blocks_full_cache, t.strategy, {{"policy", t.policy}}}, r.events);
   }
   return paths;
