@@ -73,8 +73,8 @@ struct StripCaption {
   std::string counts, why;
 };
 StripCaption strip_caption(const Session& s);
-// What an empty slot of a view is, in lines (the tooltip's, the hover panel's): free,
-// not written yet, or a hole, and when a hole's block comes back.
+// What an empty slot of a view (no token in it) is, in lines (the tooltip's, the hover
+// panel's): free, not written yet, or a hole, and when a hole's block comes back.
 std::vector<std::string> empty_slot_lines(const Timeline& t, int block, int slot);
 
 class App {

@@ -133,7 +133,8 @@ void add_bench_attention_command(CLI::App& bench) {
                   "Queries in the chunk row (a piece of prefill); at a shorter context, the whole context")
       ->capture_default_str()
       ->check(kPositive);
-  cmd->add_option("--repeats", args->repeats, "Runs per measurement: the best time, and the most extra memory, are reported")
+  cmd->add_option("--repeats", args->repeats,
+                  "Runs per measurement: the best time, and the most extra memory, are reported")
       ->capture_default_str()
       ->check(kPositive);
   cmd->callback([args] { run_attention_bench(*args); });

@@ -353,7 +353,8 @@ TEST_F(HeadlessApp, TheMouseOnAHoleSaysWhatItIs) {
         }
   }
   ASSERT_FALSE(lines.empty()) << "reuse never left a hole to hover";
-  EXPECT_EQ(lines[1], "the sequence's next tokens fill it; the block returns to the pool only when every slot is empty");
+  EXPECT_EQ(lines[1],
+            "the sequence's next tokens fill it; the block returns to the pool only when every slot is empty");
   frame();  // the panel draws what the last frame hovered
 
   app.load(scenario("blog-1k-random"));
@@ -756,6 +757,13 @@ class VerifyPicture : public HeadlessApp {
   std::string verify(const std::vector<App::Rect>& covers, bool& ok) {
     return app.verify(rgba, kW, kH, covers, ok);
   }
+  // A scenario at its start, laid out (the second frame) and painted.
+  void painted(const char* name) {
+    app.load(scenario(name));
+    frame();
+    frame();
+    paint();
+  }
 };
 
 TEST_F(VerifyPicture, PassesTheCacheAsItIsAndNamesASlotPaintedWrong) {
@@ -795,10 +803,7 @@ TEST_F(VerifyPicture, PassesTheCacheAsItIsAndNamesASlotPaintedWrong) {
 }
 
 TEST_F(VerifyPicture, FailsWhenEverySlotIsCovered) {
-  app.load(scenario("blog-1k-random"));
-  frame();
-  frame();
-  paint();
+  painted("blog-1k-random");
   bool ok = false;
   const std::string report = verify({App::Rect{{0, 0}, {float(kW), float(kH)}}}, ok);
   EXPECT_FALSE(ok);
@@ -806,10 +811,7 @@ TEST_F(VerifyPicture, FailsWhenEverySlotIsCovered) {
 }
 
 TEST_F(VerifyPicture, ChecksTheStripOnceAScrollSetWhilePlayingCanShow) {
-  app.load(scenario("blog-1k-random"));
-  frame();
-  frame();
-  paint();
+  painted("blog-1k-random");
   bool ok = false;
   app.strip = {};
   app.strip.view_top = 800, app.strip.view_bottom = 900;
