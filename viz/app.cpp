@@ -145,6 +145,9 @@ std::vector<App::HeadlinePiece> App::headline_pieces() const {
   for (int v = 1; v < session->views(); ++v) same_evicted = same_evicted && evicted(v) == evicted(0);
 
   std::string first = scenario.empty() ? std::string("custom run:") : scenario + ":";
+  bool written = false;  // by any run yet: before, nothing is evicted or freed ("freed -")
+  for (int v = 0; v < session->views(); ++v) written = written || session->view(v).counters().written > 0;
+  if (!written) return {{first + " nothing written yet"}};
   if (same_evicted) first.append(" ").append(evicted(0)).append(" \xe2\x80\x94 freed");
   std::vector<HeadlinePiece> pieces{{first}};
   for (int v = 0; v < session->views(); ++v) {

@@ -415,6 +415,7 @@ TEST_F(HeadlessApp, TheHeadlineSaysWhatEachRunEvictedAndFreed) {
   const std::string dash = " \xe2\x80\x94 freed";
 
   app.load(scenario("blog-1k-random"));
+  EXPECT_EQ(app.headline(), "blog-1k-random: nothing written yet");  // not "freed - (holes) vs - (compact)"
   app.session->seek(app.session->length());
   // Holes only's figure, from the pool itself: 1 - blocks held / 64, near the law 0.875^16.
   const double holes_freed = 1 - app.session->view(0).occupancy().blocks_in_use() / 64.0;
