@@ -110,6 +110,39 @@ TEST(Law, ProtectedTokensAreNeverEvictedAndTheirBlocksNeverEmpty) {
   EXPECT_GT(double(freed) / blocks, 4 * expected_blocks_freed(0.75, 16));  // far above the unprotected law
 }
 
+// Exactly k of N tokens go in a one-shot round, not each on its own with probability
+// f = k / N: a block of n empties with probability C(N - n, k - n) / C(N, k). The law
+// f^n is its limit for many tokens. 9 of 10 evicted can never empty the one block (the
+// law says 0.9^10 = 34.9%); at 14,000 of 16,000 the two agree to 0.02%.
+TEST(Law, TheExactExpectationDrawsWithoutReplacement) {
+  const auto log_choose = [](int64_t n, int64_t k) {
+    return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0);
+  };
+  const auto empties = [&](int64_t tokens, int64_t evicted, int64_t n) {
+    return n > evicted ? 0.0 : std::exp(log_choose(tokens - n, evicted - n) - log_choose(tokens, evicted));
+  };
+  EXPECT_EQ(expected_blocks_freed(10, 9, 0, 0, 16).exact, 0.0);
+  EXPECT_NEAR(expected_blocks_freed(20, 18, 0, 0, 16).exact, (empties(20, 18, 16) + empties(20, 18, 4)) / 2, 1e-12);
+  EXPECT_NEAR(expected_blocks_freed(64, 56, 0, 0, 4).exact, empties(64, 56, 4), 1e-12);
+  const ProtectedLaw many = expected_blocks_freed(16000, 14000, 0, 0, 16);
+  EXPECT_NEAR(many.exact, empties(16000, 14000, 16), 1e-9);
+  EXPECT_NEAR(many.exact, many.expected, 3e-4);
+  // With protection, the draw is among the unprotected tokens: 768 of 896.
+  const ProtectedLaw law = expected_blocks_freed(1024, 768, 64, 64, 16);
+  EXPECT_NEAR(law.exact, empties(896, 768, 16) * 56 / 64, 1e-12);
+
+  // The program says so where the two differ at the digits it prints, and only there.
+  test::ProgramRun r = test::run_kvscope("simulate --tokens 10 --evict 0.9 --strategy holes");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nExactly 9 of 10 tokens go (not each on its own, as the law has it): that frees 0.0% of "
+                          "blocks\non average; the law is its limit for many tokens.\n"),
+            std::string::npos)
+      << r.output;
+  r = test::run_kvscope("simulate --tokens 16000 --strategy holes");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("Exactly"), std::string::npos) << r.output;
+}
+
 // The peak counts the block that the token starting a round opened, before the
 // round frees it: budget 16 + slack 1 writes a 17th token into a second block of 16.
 // (Every other streaming test has budget + slack a multiple of 16, where a peak taken

@@ -220,6 +220,15 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
   std::printf("\n");
 }
 
+// Where the law's independence shows at the digits printed (a small run): the exact
+// expectation for exactly this many tokens evicted.
+void print_exact(const ProtectedLaw& law) {
+  if (percent(law.exact) == percent(law.expected)) return;
+  std::printf("Exactly %s of %s tokens go (not each on its own, as the law has it): that frees %s of blocks\n"
+              "on average; the law is its limit for many tokens.\n",
+              commas(law.evicted).c_str(), commas(law.unprotected).c_str(), percent(law.exact).c_str());
+}
+
 // The law with protected tokens: only the blocks that hold none can empty, and the
 // evictions all fall on their tokens, each more likely to go than 1 in `--evict`.
 void print_protected_law(const SimulationConfig& c) {
@@ -236,6 +245,7 @@ void print_protected_law(const SimulationConfig& c) {
               commas(law.open_blocks).c_str(), commas(law.blocks).c_str(), commas(c.schedule.sinks).c_str(),
               commas(c.schedule.recent).c_str(), commas(law.evicted).c_str(), commas(law.unprotected).c_str(),
               f.c_str(), sum.c_str(), percent(law.expected).c_str());
+  print_exact(law);
   std::printf("Compaction gives back 1 - ceil(live / %d) / blocks.\n", c.block_size);
 }
 
@@ -258,9 +268,10 @@ void print_law(const SimulationConfig& c) {
                                                                " of its tokens were evicted, each with probability "
                                                          : "when all " + n + " of its tokens (the last block's " +
                                                                last + ") were evicted, each with probability ";
-  std::printf("\nexpected %s = %s of blocks freed without compaction: a block returns to the pool only\n"
-              "%s%s.\nCompaction gives back 1 - ceil(live / %d) / blocks.\n",
-              sum.c_str(), percent(law.expected).c_str(), when.c_str(), f.c_str(), c.block_size);
+  std::printf("\nexpected %s = %s of blocks freed without compaction: a block returns to the pool only\n%s%s.\n",
+              sum.c_str(), percent(law.expected).c_str(), when.c_str(), f.c_str());
+  print_exact(law);
+  std::printf("Compaction gives back 1 - ceil(live / %d) / blocks.\n", c.block_size);
 }
 
 void run_simulate(const SimulateArgs& a) {

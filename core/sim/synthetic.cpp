@@ -87,16 +87,26 @@ ProtectedLaw expected_blocks_freed(int64_t tokens, int64_t evicted, int64_t sink
   law.blocks = int(blocks_for_tokens(tokens, block_size));
   if (law.unprotected == 0 || law.blocks == 0) return law;
   const double f = double(evicted) / double(law.unprotected);
+  // Drawn without replacement: all n tokens of a block are among the `evicted` of the
+  // `unprotected` with probability prod_{i<n} (evicted - i) / (unprotected - i).
+  const auto all_evicted = [&](int64_t n) {
+    double p = 1;
+    for (int64_t i = 0; i < n; ++i) p *= double(std::max<int64_t>(0, evicted - i)) / double(law.unprotected - i);
+    return p;
+  };
+  const double exact_full = all_evicted(block_size);  // every open block but a part-full last one
   const int64_t first = sinks, last = tokens - recent;  // the unprotected positions: [first, last)
-  double freed = 0;
+  double freed = 0, exact = 0;
   for (int64_t b = 0; b < law.blocks; ++b) {
     const int64_t begin = b * block_size, end = std::min(begin + block_size, tokens);
     if (begin < first || end > last) continue;  // holds a protected token
     ++law.open_blocks;
     if (end - begin < block_size) law.part_full = int(end - begin);
     freed += std::pow(f, double(end - begin));
+    exact += end - begin < block_size ? all_evicted(end - begin) : exact_full;
   }
   law.expected = freed / law.blocks;
+  law.exact = exact / law.blocks;
   return law;
 }
 
