@@ -122,6 +122,7 @@ TEST(Law, TheExactExpectationDrawsWithoutReplacement) {
     return n > evicted ? 0.0 : std::exp(log_choose(tokens - n, evicted - n) - log_choose(tokens, evicted));
   };
   EXPECT_EQ(expected_blocks_freed(10, 9, 0, 0, 16).exact, 0.0);
+  EXPECT_EQ(expected_blocks_freed(10, 10, 0, 0, 16).exact, 1.0);  // all of a part-full block: no 0 / 0
   EXPECT_NEAR(expected_blocks_freed(20, 18, 0, 0, 16).exact, (empties(20, 18, 16) + empties(20, 18, 4)) / 2, 1e-12);
   EXPECT_NEAR(expected_blocks_freed(64, 56, 0, 0, 4).exact, empties(64, 56, 4), 1e-12);
   const ProtectedLaw many = expected_blocks_freed(16000, 14000, 0, 0, 16);

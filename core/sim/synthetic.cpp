@@ -88,10 +88,12 @@ ProtectedLaw expected_blocks_freed(int64_t tokens, int64_t evicted, int64_t sink
   if (law.unprotected == 0 || law.blocks == 0) return law;
   const double f = double(evicted) / double(law.unprotected);
   // Drawn without replacement: all n tokens of a block are among the `evicted` of the
-  // `unprotected` with probability prod_{i<n} (evicted - i) / (unprotected - i).
+  // `unprotected` with probability prod_{i<n} (evicted - i) / (unprotected - i): 0 once
+  // n > evicted (so no factor divides by 0).
   const auto all_evicted = [&](int64_t n) {
+    if (n > evicted || n > law.unprotected) return 0.0;
     double p = 1;
-    for (int64_t i = 0; i < n; ++i) p *= double(std::max<int64_t>(0, evicted - i)) / double(law.unprotected - i);
+    for (int64_t i = 0; i < n; ++i) p *= double(evicted - i) / double(law.unprotected - i);
     return p;
   };
   const double exact_full = all_evicted(block_size);  // every open block but a part-full last one
