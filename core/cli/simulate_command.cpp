@@ -263,11 +263,13 @@ void print_law(const SimulationConfig& c) {
   if (full && law.part_full)
     sum += " x " + commas(full) + " / " + commas(law.blocks) + " + (" + f + ")^" + last + " / " + commas(law.blocks);
   const int one = full ? c.block_size : law.part_full;  // tokens of a block, when all are alike
-  const std::string when = one == 1                      ? "when its one token was evicted, with probability "
-                           : full == 0 || !law.part_full ? "when all " + std::to_string(one) +
-                                                               " of its tokens were evicted, each with probability "
-                                                         : "when all " + n + " of its tokens (the last block's " +
-                                                               last + ") were evicted, each with probability ";
+  std::string when;
+  if (one == 1)
+    when = "when its one token was evicted, with probability ";
+  else if (full && law.part_full)
+    when = "when all " + n + " of its tokens (the last block's " + last + ") were evicted, each with probability ";
+  else
+    when = "when all " + std::to_string(one) + " of its tokens were evicted, each with probability ";
   std::printf("\nexpected %s = %s of blocks freed without compaction: a block returns to the pool only\n%s%s.\n",
               sum.c_str(), percent(law.expected).c_str(), when.c_str(), f.c_str());
   print_exact(law);
