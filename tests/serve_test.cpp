@@ -214,6 +214,13 @@ std::vector<std::vector<int>> serve(const Model& m, const EngineConfig& c, const
   int steps = 0;
   while (s.step()) {
     check_invariants(e.cache());
+    // The stats' last step: the sequences holding blocks are those still running,
+    // and the blocks in use are theirs (tutorial 8 divides one by the other).
+    size_t held = 0;
+    for (int i = 0; i < s.num_requests(); ++i)
+      if (s.request(i).seq >= 0) held += e.cache().sequence(s.request(i).seq).blocks.size();
+    EXPECT_EQ(s.stats().holding.back(), s.num_running());
+    EXPECT_EQ(size_t(s.stats().blocks_in_use.back()), held);
     EXPECT_LT(++steps, 100000) << "no progress";
     if (steps >= 100000) break;
   }

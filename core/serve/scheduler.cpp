@@ -154,6 +154,7 @@ bool Scheduler::step() {
   stats_.peak_running = std::max(stats_.peak_running, int(items.size()));
   stats_.running.push_back(int(items.size()));
   stats_.blocks_in_use.push_back(cache.pool().num_used());
+  stats_.holding.push_back(int(running_.size()));
   stats_.bytes_moved = engine_.bytes_moved();
   return !(running_.empty() && waiting_.empty());
 }

@@ -73,6 +73,8 @@ struct ServeStats {
   int peak_blocks = 0;            // most pool blocks held at once: within a step, after its
                                   // K/V writes and before its rounds and its finished requests' release
   std::vector<int> running;       // [steps] sequences in each step's batch
+  std::vector<int> holding;       // [steps] sequences holding blocks after each step: the batch
+                                  // less those that finished in it (blocks_in_use is theirs)
 };
 
 class Scheduler {

@@ -108,11 +108,13 @@ static void who_runs_who_waits(const std::vector<std::string>& strategies, const
 // Part 2: the blocks a sequence holds, on average, under each strategy.
 static void blocks_a_sequence_holds(const std::vector<std::string>& strategies, const std::vector<Timeline>& runs,
                                     const EvictionSchedule& schedule) {
-  std::printf("\nPart 2: blocks in use, averaged over the steps (the pool has %d)\n", kPoolBlocks);
+  // Both counted after each step: the blocks in use, and the sequences that hold them
+  // (the step's batch less those that finished in it and gave theirs back).
+  std::printf("\nPart 2: blocks in use after a step, averaged over the steps (the pool has %d)\n", kPoolBlocks);
   for (size_t i = 0; i < runs.size(); ++i) {
     const ServeStats& st = runs[i].stats;
-    std::printf("  %-8s %5.1f blocks for %.1f sequences: %.1f blocks a sequence\n", strategies[i].c_str(),
-                mean(st.blocks_in_use), mean(st.running), mean(st.blocks_in_use) / mean(st.running));
+    std::printf("  %-8s %5.1f blocks held by %.1f sequences: %.1f blocks a sequence\n", strategies[i].c_str(),
+                mean(st.blocks_in_use), mean(st.holding), mean(st.blocks_in_use) / mean(st.holding));
   }
   // A round runs once a step leaves budget + slack live: the most a decoding sequence
   // holds. A prefill chunk can land on up to round_starts_at() - 1 live tokens first.
