@@ -339,6 +339,19 @@ TEST(VizTrace, TwoTracesOfOneStrategyAreToldApartByName) {
   EXPECT_EQ(view_label(*pair[0]), "holes");
   EXPECT_EQ(view_label(*pair[1]), "compact");
   EXPECT_EQ(load_trace_runs({a})[0]->name, "");
+  // A run without eviction is "none", whatever strategy its cache was built with (generate
+  // writes compact, serve-bench holes); two of them are told apart by name too.
+  const auto none = [&](const std::string& name, MemoryStrategy strategy) {
+    write_trace(dir + name, {c.block_size, r.blocks_full_cache, strategy, {{"policy", "none"}}}, r.events);
+    return dir + name;
+  };
+  const std::string n1 = none("n1.trace", MemoryStrategy::Compact), n2 = none("n2.trace", MemoryStrategy::HolesOnly);
+  EXPECT_EQ(load_trace_runs({n1})[0]->label, "none");
+  const auto nones = load_trace_runs({n1, n2});
+  EXPECT_EQ(view_label(*nones[0]), "n1.trace");
+  EXPECT_EQ(view_label(*nones[1]), "n2.trace");
+  EXPECT_EQ(view_label(*load_trace_runs({n2, b})[0]), "none");
+  for (const std::string& path : {n1, n2}) std::remove(path.c_str());
   EXPECT_THROW(load_trace_runs({a, b, h}), Error);
   EXPECT_THROW(load_trace_runs({}), Error);
   for (const std::string& path : {a, b, h}) std::remove(path.c_str());

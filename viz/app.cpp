@@ -46,7 +46,7 @@ uint32_t view_colour(const Session& s, int view) {
 }
 
 std::string view_title(const Run& run) {
-  const std::string title = strategy_title(run.header.strategy);
+  const std::string title = run.policy == "none" ? "no eviction" : strategy_title(run.header.strategy);
   return run.name.empty() ? title : title + ", " + run.name;
 }
 

@@ -215,7 +215,8 @@ void use_app_style();
 
 // A strategy as a title: "holes only", "hole reuse", "compaction".
 const char* strategy_title(MemoryStrategy s);
-// A view's title: its strategy's, and its name when it has one ("compaction, h2o.trace").
+// A view's title: its strategy's, and its name when it has one ("compaction, h2o.trace");
+// "no eviction" for a run whose policy is "none" (its strategy was never used).
 std::string view_title(const Run& run);
 // A view's colour (its title, its chart lines): its strategy's; the right view's
 // own when both views share a strategy.

@@ -87,6 +87,9 @@ std::shared_ptr<Run> load_trace_run(const std::string& path) {
   };
   run->policy = meta("policy");
   run->source = meta("source");
+  // A run without eviction (generate without --budget, serve-bench's "none") still
+  // names a memory strategy, the one its cache was built with; it never used it.
+  if (run->policy == "none") run->label = "none";
   const std::string bytes = meta("bytes_per_token");
   if (!bytes.empty()) {
     char* end = nullptr;
@@ -105,7 +108,7 @@ std::vector<std::shared_ptr<const Run>> load_trace_runs(const std::vector<std::s
   if (paths.empty() || paths.size() > 2) throw Error("--trace: give one trace, or two to compare side by side");
   std::vector<std::shared_ptr<Run>> runs;
   for (const std::string& path : paths) runs.push_back(load_trace_run(path));
-  if (runs.size() == 2 && runs[0]->header.strategy == runs[1]->header.strategy)
+  if (runs.size() == 2 && runs[0]->label == runs[1]->label)
     for (size_t i = 0; i < runs.size(); ++i) runs[i]->name = file_name(paths[i]);
   return {runs.begin(), runs.end()};
 }

@@ -85,7 +85,8 @@ std::vector<std::shared_ptr<const Run>> load_trace_runs(const std::vector<std::s
 // A path's last part, what the app calls a trace: "/tmp/h2o.trace" -> "h2o.trace".
 inline std::string file_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
 // A view's short name, for the counters' columns and the headline: the strategy
-// ("compact"), or the run's name when it has one ("h2o.trace").
+// ("compact"; "none" for a run without eviction), or the run's name when it has one
+// ("h2o.trace").
 const std::string& view_label(const Run& run);
 // A token's bytes as text to show: UTF-8 kept, control and invalid bytes escaped ("\n", "\xFF").
 std::string printable(const std::string& bytes);

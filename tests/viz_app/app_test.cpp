@@ -719,6 +719,18 @@ TEST_F(HeadlessApp, TwoTracesShareASummaryLineOrGetOneEach) {
   for (const std::string& path : differ) std::remove(path.c_str());
 }
 
+// A trace of a run without eviction (generate without --budget) names the strategy
+// its cache was built with, which it never used: the app calls it "no eviction".
+TEST_F(HeadlessApp, ARunWithoutEvictionIsTitledSo) {
+  const std::vector<std::string> paths = write_traces("none", "random");
+  app.load_traces(paths);
+  EXPECT_EQ(view_title(app.session->view(0).run()), "no eviction");
+  EXPECT_EQ(view_title(app.session->view(1).run()), "compaction");
+  app.session->seek(app.session->length());
+  EXPECT_NE(app.headline().find("(none) vs "), std::string::npos) << app.headline();
+  for (const std::string& path : paths) std::remove(path.c_str());
+}
+
 // --verify's rules on a picture painted here, slot by slot, from the replayed
 // occupancy and the palette (fading flashes blended on as ImGui blends them): it
 // passes; one slot painted wrong fails and is named; a picture whose slots are all
