@@ -34,7 +34,8 @@ namespace kvscope::viz {
 struct Hover {
   int seq = -1;
   int64_t pos = -1;  // the token, when the mouse is on one
-  int view = -1, block = -1, slot = -1;  // the pool slot under the mouse, if any
+  int view = -1, block = -1, slot = -1;  // the pool slot under the mouse, if any; a token in
+                                         // the strip: the view it shows (block and slot -1)
   bool token() const { return seq >= 0 && pos >= 0; }
 };
 

@@ -276,10 +276,12 @@ void hover_details(App& app) {
     ImGui::TextDisabled("hover a slot or a token");
     return;
   }
+  if (h.view < 0 || h.view >= s.views()) return;  // the hover is the last frame's, of another run
   ImGui::Text("sequence %d, position %lld", h.seq, (long long)h.pos);
-  const std::string& text = s.primary_view().run().text(h.seq, h.pos);
+  const std::string& text = s.view(h.view).run().text(h.seq, h.pos);
   if (!text.empty()) ImGui::Text("\"%s\"", text.c_str());
   for (int v = 0; v < s.views(); ++v) {
+    if (!s.same_token_ids(h.view, v)) continue;  // its numbers name other tokens there
     const SlotRef r = s.view(v).locate(h.seq, h.pos);
     if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", view_label(s.view(v).run()).c_str(), r.block, r.slot);
   }

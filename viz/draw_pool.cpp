@@ -402,8 +402,9 @@ void draw_pool(App& app, int view, ImVec2 size) {
   }
   if (slide) draw_slide(dl, g, t, *slide, s.slide_progress());
 
-  // The token under the mouse (in any view, last frame): outlined here too.
-  if (app.hovered.token()) {
+  // The token under the mouse (in any view whose numbers name the same tokens, last
+  // frame): outlined here too.
+  if (app.hovered.token() && s.same_token_ids(app.hovered.view, view)) {
     const SlotRef r = t.locate(app.hovered.seq, app.hovered.pos);
     if (r.block >= 0) outline_slot(app, dl, g, r.block, r.slot);
   }

@@ -58,6 +58,7 @@ void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& sco
   } else {
     if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g", *sc);
     for (int v = 0; v < s.views(); ++v) {
+      if (!s.same_token_ids(s.primary(), v)) continue;  // its numbers name other tokens there
       const SlotRef r = s.view(v).locate(seq, pos);
       if (r.block >= 0) ImGui::Text("%s: block %d, slot %d", view_title(s.view(v).run()).c_str(), r.block, r.slot);
     }
@@ -132,6 +133,7 @@ void fill_cells(ImDrawList* dl, const Timeline& t, int seq, int64_t n, const Cel
 
 // Tokens as cells: one band per sequence, the hovered token outlined, the mouse's tooltip.
 void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 origin, ImVec2 area) {
+  const Session& s = *app.session;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const std::vector<int64_t>& lengths = t.final_lengths();
   const int seqs = std::max(1, int(lengths.size()));
@@ -144,7 +146,8 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
     const CellGrid grid = cell_grid(n, area.x, band_h);
     fill_cells(dl, t, k, n, grid, o, scores);
     // The hovered token (any view, last frame).
-    if (app.hovered.token() && app.hovered.seq == k && app.hovered.pos < n) {
+    if (app.hovered.token() && s.same_token_ids(app.hovered.view, s.primary()) && app.hovered.seq == k &&
+        app.hovered.pos < n) {
       const ImVec2 a = grid.corner(o, app.hovered.pos / grid.g);
       const float m = px(2);
       dl->AddRect({a.x - m, a.y - m}, {a.x + grid.side + m, a.y + grid.side + m}, palette::kHighlight, 0, 0, px(2));
@@ -157,7 +160,7 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
       if (c < grid.cells) {
         const int64_t pos = c * grid.g;
         const State st = state_of(t, k, pos);
-        if (st == State::Live) app.hover.seq = k, app.hover.pos = pos;
+        if (st == State::Live) app.hover.view = s.primary(), app.hover.seq = k, app.hover.pos = pos;
         tooltip(app, k, pos, st, scores);
       }
     }
@@ -167,6 +170,7 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
 // Tokens as words, on lines, in a scrolling child as tall as the whole lines that fit
 // in `area` (a line cut in half at the bottom reads as a line of different words).
 void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area) {
+  const Session& s = *app.session;
   const float line_h = ImGui::GetTextLineHeight() + px(4);  // a word's box: its text, px(2) above and below
   const float view_h = std::max(1.0f, std::floor(area.y / line_h)) * line_h;
   ImGui::BeginChild("sequence-text", {area.x, view_h}, false);
@@ -198,10 +202,11 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
       if (st == State::Evicted)
         dl->AddLine({x + px(1), y + line_h / 2}, {b.x - px(1), y + line_h / 2}, palette::alpha(palette::kEvicted, 0.7f),
                     px(1));
-      if (app.hovered.token() && app.hovered.seq == k && app.hovered.pos == pos)
+      if (app.hovered.token() && s.same_token_ids(app.hovered.view, s.primary()) && app.hovered.seq == k &&
+          app.hovered.pos == pos)
         dl->AddRect({a.x - px(1), a.y - px(1)}, {b.x + px(1), b.y + px(1)}, palette::kHighlight, px(2), 0, px(2));
       if (window_hovered && m.x >= a.x && m.x < b.x && m.y >= a.y && m.y < b.y) {
-        if (st == State::Live) app.hover.seq = k, app.hover.pos = pos;
+        if (st == State::Live) app.hover.view = s.primary(), app.hover.seq = k, app.hover.pos = pos;
         tooltip(app, k, pos, st, scores);
       }
       x += w;

@@ -55,6 +55,10 @@ class Session {
   // written and evicted), as every synthetic and single-sequence model run is; served
   // requests are scheduled by each strategy its own way, and differ.
   bool same_schedule() const { return same_schedule_; }
+  // Whether a token's (sequence, position) in view a names the same token in view b:
+  // always within one view; across views only when they ran the same schedule (a
+  // served run's preempted request comes back as a new sequence, numbered by its run).
+  bool same_token_ids(int a, int b) const { return a == b || same_schedule_; }
 
   // The clock: the primary's cursor.
   size_t cursor() const { return primary_view().cursor(); }

@@ -393,6 +393,44 @@ TEST_F(HeadlessApp, TheStripsCountsNameTheirRunWhenTheRunsDiffer) {
   EXPECT_EQ(c.why, "(the run on the right; each strategy schedules the requests differently)");
 }
 
+// The first live slot of `view` whose (sequence, position) `other` also holds, as a
+// hover of that slot; view -1 when there is none.
+Hover a_token_both_hold(const Session& s, int view, int other) {
+  const Occupancy& occ = s.view(view).occupancy();
+  for (int b = 0; b < occ.num_blocks(); ++b)
+    for (int i = 0; i < occ.block_size(); ++i) {
+      const int64_t pos = occ.position(b, i);
+      if (occ.owner(b) >= 0 && pos != kEmpty && s.view(other).locate(occ.owner(b), pos).block >= 0)
+        return Hover{occ.owner(b), pos, view, b, i};
+    }
+  return {};
+}
+
+// A hovered token is lit (outlined) in every view where its (sequence, position)
+// names the same token: both views of one schedule, only its own in served runs,
+// whose preempted requests come back as new sequences, numbered by each run.
+TEST_F(HeadlessApp, AHoveredTokenIsLitOnlyWhereItsNumbersNameIt) {
+  app.load(scenario("blog-1k-random"));
+  app.session->seek(app.session->length() / 2);
+  ASSERT_TRUE(app.session->same_schedule());
+  app.hover = a_token_both_hold(*app.session, 0, 1);
+  ASSERT_EQ(app.hover.view, 0);
+  frame();
+  EXPECT_EQ(app.outlines.size(), 8u);  // a ring of 4 rectangles in each view
+
+  app.model.dir = bundled_model_dir();
+  app.load(scenario("serve-model"));
+  app.session->seek(app.session->length() / 2);
+  const Session& s = *app.session;
+  ASSERT_FALSE(s.same_schedule());
+  EXPECT_TRUE(s.same_token_ids(1, 1));
+  EXPECT_FALSE(s.same_token_ids(0, 1));
+  app.hover = a_token_both_hold(s, 0, 1);  // the right run holds another token under those numbers
+  ASSERT_EQ(app.hover.view, 0);
+  frame();
+  EXPECT_EQ(app.outlines.size(), 4u);  // its own slot only
+}
+
 std::string where(const PoolGeometry& g) {
   return "at (" + std::to_string(g.origin.x) + ", " + std::to_string(g.origin.y) + "), " + std::to_string(g.columns) +
          " columns of " + std::to_string(g.slot_w) + "x" + std::to_string(g.slot_h) + " slots";
