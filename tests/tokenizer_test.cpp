@@ -396,15 +396,64 @@ TEST_F(TinyTokenizer, PreTokenizersItCannotRunAreRefused) {
   }
 }
 
-// The split regex's \s is Unicode white space, as in Hugging Face (Oniguruma) and
-// PCRE2: U+0085 (NEXT LINE) is white space, U+FEFF (BOM) is not. JavaScript's \s
-// says the opposite for both, so the reference encoder differs on such text.
+// The split regex's \s is Unicode white space, as in Hugging Face (Oniguruma):
+// U+0085 (NEXT LINE) is white space, U+FEFF (BOM) is not. JavaScript's \s says the
+// opposite for both, so the reference encoder differs on such text. PCRE2's own \s
+// would also take U+180E, white space before Unicode 6.3 (QwenTokenizer's
+// mongolian_vowel_separator case, where JavaScript agrees with Hugging Face).
 TEST_F(TinyTokenizer, SplitWhitespaceIsUnicodeWhiteSpace) {
   Tokenizer tok = load(tiny_tokenizer(false));
   // " \u0085!" splits as " ", "\u0085", "!": the merge of " " and 0xC2 cannot apply.
   EXPECT_EQ(tok.encode(" \xC2\x85!"), (std::vector<int>{' ', 0xC2, 0x85, '!'}));
   // " \uFEFF!" is one piece (" ?[^\s\p{L}\p{N}]+"): the merge of " " and 0xEF applies.
   EXPECT_EQ(tok.encode(" \xEF\xBB\xBF!"), (std::vector<int>{269, 0xBB, 0xBF, '!'}));
+}
+
+// \s and \S are spelled out as Unicode's White_Space before the pattern compiles;
+// quoted text (\Q...\E) and [:posix:] classes are left as they are, a \S inside a
+// class is refused by name, and a pattern that does not compile is reported at the
+// offset of its own text.
+TEST(SplitPattern, WhiteSpaceIsSpelledOut) {
+  const std::string ws = "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+                         "\\x{205F}\\x{3000}";  // no \x{180E}
+  const auto spelled = [](const std::string& pattern) { return spell_out_white_space(pattern, "t.json"); };
+  EXPECT_EQ(spelled("\\s+(?!\\S)"), "[" + ws + "]+(?![^" + ws + "])");
+  EXPECT_EQ(spelled(" ?[^\\s\\p{L}]+"), " ?[^" + ws + "\\p{L}]+");
+  EXPECT_EQ(spelled("[]\\s]"), "[]" + ws + "]");        // a leading ] is one of the class
+  EXPECT_EQ(spelled("[[:alpha:]\\s]"), "[[:alpha:]" + ws + "]");
+  EXPECT_EQ(spelled("[[:a]\\s"), "[[:a][" + ws + "]");   // "[:" without ":]" is two characters
+  EXPECT_EQ(spelled("\\Q\\s[\\E\\s"), "\\Q\\s[\\E[" + ws + "]");
+  EXPECT_EQ(spelled("\\Q\\s"), "\\Q\\s");
+  EXPECT_EQ(spelled("\\\\s"), "\\\\s");  // an escaped backslash, then s
+  try {
+    spelled("[\\S]");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "t.json: pre_tokenizer regex: \\S inside a character class is not supported");
+  }
+}
+
+// Through the tokenizer: U+180E is not white space, a broken pattern is reported
+// at the offset of its own text.
+TEST_F(TinyTokenizer, TheSplitPatternRunsWithUnicodeWhiteSpace) {
+  const auto with_pattern = [&](const std::string& pattern) {
+    json doc = tiny_tokenizer(false);
+    doc["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = pattern;
+    return doc;
+  };
+  // "\xE1\xA0\x8E" is U+180E. Not white space, " \u180e!" is one piece of Qwen's
+  // " ?[^\s\p{L}\p{N}]+", where a merge of " " and 0xE1 applies; as white space the
+  // space would be a piece of its own.
+  json qwen = tiny_tokenizer(false);
+  qwen["model"]["vocab"][byte_level(" \xE1")] = 302;
+  qwen["model"]["merges"].push_back(byte_level(" ") + " " + byte_level("\xE1"));
+  EXPECT_EQ(load(qwen).encode(" \xE1\xA0\x8E!"), (std::vector<int>{302, 0xA0, 0x8E, '!'}));
+  // U+0085 is white space: " \u0085" is one piece, where the merge of " " and 0xC2 (268) applies.
+  Tokenizer pieces = load(with_pattern("[^\\s]|\\s+"));
+  EXPECT_EQ(pieces.encode(" \xC2\x85"), (std::vector<int>{268, 0x85}));
+  EXPECT_EQ(pieces.encode(" \xE1\xA0\x8E"), (std::vector<int>{' ', 0xE1, 0xA0, 0x8E}));  // U+180E is not
+  const std::string broken = load_error(with_pattern("\\s(").dump(), "b.json");
+  EXPECT_NE(broken.find("does not compile at offset 3:"), std::string::npos) << broken;
 }
 
 // The text between and after the split regex's matches is a piece of its own

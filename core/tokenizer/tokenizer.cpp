@@ -144,22 +144,74 @@ std::string json_quote(const std::string& s) { return json(s).dump(); }
 // ---------------------------------------------------------------------------
 // The compiled split regex (PCRE2, UTF + Unicode properties, JIT when available).
 
+// Unicode's White_Space, which Hugging Face's regex engine (Oniguruma) takes for \s.
+// PCRE2's \s also matches U+180E (MONGOLIAN VOWEL SEPARATOR): "x\u180e's" would split
+// as "x", "\u180e", "'s" where Hugging Face has "x", "\u180e'", "s".
+static constexpr std::string_view kWhiteSpace =
+    "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+std::string spell_out_white_space(const std::string& pattern, const std::string& path) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      if (e == 'Q') {  // quoted up to \E (or the end)
+        const size_t end = std::min(pattern.find("\\E", i + 1), pattern.size());
+        out.append(pattern, i - 1, end - (i - 1));
+        i = end + 1;  // on the E, or past the end
+        if (end < pattern.size()) out += "\\E";
+      } else if (e == 's') {
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (e == 'S') {
+        if (in_class) throw file_error(path, "pre_tokenizer regex: \\S inside a character class is not supported");
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        out += c;
+        out += e;
+      }
+    } else if (c == '[' && in_class && pattern.compare(i, 2, "[:") == 0 &&
+               pattern.find(":]", i + 2) != std::string::npos) {  // [:alpha:] inside a class
+      const size_t end = pattern.find(":]", i + 2);
+      out.append(pattern, i, end + 2 - i);
+      i = end + 1;
+    } else if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];  // a leading ] is literal
+    } else {
+      if (c == ']') in_class = false;
+      out += c;
+    }
+  }
+  return out;
+}
+
 struct Tokenizer::Regex {
   pcre2_code* code = nullptr;
   ~Regex() { pcre2_code_free(code); }
 
-  static std::unique_ptr<Regex> compile(const std::string& pattern, const std::string& path) {
+  static pcre2_code* compile_or_throw(const std::string& pattern, const std::string& path) {
     int error = 0;
     PCRE2_SIZE offset = 0;
-    auto re = std::make_unique<Regex>();
-    re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                             PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
-    if (!re->code) {
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                     PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+    if (!code) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof message);
       throw file_error(path, "pre_tokenizer regex does not compile at offset " + std::to_string(offset) +
                                  ": " + reinterpret_cast<char*>(message));
     }
+    return code;
+  }
+
+  // The pattern as tokenizer.json has it; it runs with \s spelled out (see kWhiteSpace).
+  static std::unique_ptr<Regex> compile(const std::string& pattern, const std::string& path) {
+    pcre2_code_free(compile_or_throw(pattern, path));  // its errors at its own offsets
+    auto re = std::make_unique<Regex>();
+    re->code = compile_or_throw(spell_out_white_space(pattern, path), path);
     pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);  // a speed-up only; the interpreter is the fallback
     return re;
   }

@@ -130,4 +130,12 @@ class StreamDecoder {
 // "PATH: cannot open ..." as read_file.
 std::string read_text_file(const std::string& path);
 
+// The split pattern as PCRE2 runs it: \s as Unicode's White_Space, spelled out
+// ("[\x{9}-\x{D}\x{20}...]"; inside a class, its ranges), \S as its complement. That
+// is what Hugging Face's regex engine (Oniguruma) means by them; PCRE2's own \s also
+// takes U+180E, white space before Unicode 6.3. Other escapes, \Q...\E and [:posix:]
+// classes are copied as they are. kvscope::Error "PATH: pre_tokenizer regex: \S inside
+// a character class is not supported" (Qwen's pattern has none).
+std::string spell_out_white_space(const std::string& pattern, const std::string& path);
+
 }  // namespace kvscope
