@@ -386,6 +386,26 @@ TEST(Config, RejectsFeaturesKvscopeDoesNotImplement) {
   EXPECT_THROW(parse_config(c.dump(), "x/config.json"), Error);
 }
 
+// layer_types, as transformers 4.53 and later write it: every layer full attention
+// runs; a sliding-window layer, a count that is not the layers' or a non-list is
+// refused by name.
+TEST(Config, LayerTypesMustAllBeFullAttention) {
+  const json base = json::parse(read_file(test::tiny_model("tiny-tied") + "/config.json"));
+  const int layers = base["num_hidden_layers"].get<int>();
+  json c = base;
+  c["layer_types"] = json::array();
+  for (int i = 0; i < layers; ++i) c["layer_types"].push_back("full_attention");
+  EXPECT_NO_THROW(parse_config(c.dump(), "x/config.json"));
+  json sliding = c["layer_types"];
+  sliding[size_t(layers - 1)] = "sliding_attention";
+  expect_config_error("layer_types", sliding,
+                      "x/config.json: layer_types[" + std::to_string(layers - 1) +
+                          "] is \"sliding_attention\": kvscope runs \"full_attention\" in every layer (no sliding window)");
+  expect_config_error("layer_types", json::array({"full_attention"}),
+                      "x/config.json: layer_types lists 1 layer, but num_hidden_layers is " + std::to_string(layers));
+  expect_config_error("layer_types", "full_attention", "x/config.json: layer_types must be a list, got \"full_attention\"");
+}
+
 // What the forward pass cannot compute is refused by name: RoPE rotates pairs of a
 // head's dimensions, and the MLP is SwiGLU (SiLU-gated).
 TEST(Config, AnOddHeadDimAndAnotherActivationAreNamed) {

@@ -11,6 +11,7 @@
 #include "util/error.h"
 #include "util/json_int.h"
 #include "util/file.h"
+#include "util/format.h"
 
 namespace kvscope {
 
@@ -153,6 +154,22 @@ static void check_qwen3(const json& j, const std::string& source) {
   }
 }
 
+// layer_types (transformers 4.53 and later), when given: one entry a layer, each
+// "full_attention". A "sliding_attention" layer attends to a window of the newest
+// tokens only; kvscope attends to every cached token in every layer.
+static void require_full_attention_layers(const json& j, const ModelConfig& c, const std::string& source) {
+  if (!j.contains("layer_types") || j["layer_types"].is_null()) return;
+  const json& types = j["layer_types"];
+  if (!types.is_array()) throw file_error(source, "layer_types must be a list, got " + types.dump());
+  if (types.size() != size_t(c.num_layers))
+    throw file_error(source, "layer_types lists " + plural(int64_t(types.size()), "layer") +
+                                 ", but num_hidden_layers is " + std::to_string(c.num_layers));
+  for (size_t i = 0; i < types.size(); ++i)
+    if (types[i] != "full_attention")
+      throw file_error(source, "layer_types[" + std::to_string(i) + "] is " + types[i].dump() +
+                                   ": kvscope runs \"full_attention\" in every layer (no sliding window)");
+}
+
 // The shapes fit together, and the options kvscope does not implement are off.
 static void check_shapes_and_options(const json& j, const ModelConfig& c, const std::string& source) {
   if (c.num_heads % c.num_kv_heads != 0)
@@ -167,6 +184,7 @@ static void check_shapes_and_options(const json& j, const ModelConfig& c, const 
   require_off(j, "rope_scaling", source);
   require_full_rotation(j, "", source);
   require_off(j, "use_sliding_window", source);
+  require_full_attention_layers(j, c, source);
 }
 
 static ModelConfig parse_config_object(const std::string& json_text, const std::string& source) {
