@@ -143,44 +143,62 @@ TEST(Engine, StreamingKeepsExactlySinksAndTheNewest) {
   EXPECT_EQ(live, expected);
 }
 
+// The sum of H2O's scores over a sequence's live tokens.
+double total_score(Engine& e, int seq) {
+  double total = 0;
+  for (float x : e.policy(seq)->scores({e.cache().live_positions(seq), e.cache().sequence(seq).next_pos})) total += x;
+  return total;
+}
+
 TEST(Engine, H2OAccumulatesTheAttentionOfEveryQuery) {
   // Each query's probabilities sum to 1 per head, so after a prefill of T tokens
-  // the accumulated attention over all tokens is T x layers x heads.
+  // the accumulated attention over all tokens is T x layers x heads: every query of
+  // the prompt counts, not only SnapKV's window of the last 32.
   Model m = load_model(test::tiny_model("tiny-tied"));
   EngineConfig c = config_for(MemoryStrategy::Compact, "h2o", 1000);
   Engine e(m, c);
   const int seq = e.add_sequence();
-  const std::vector<int> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-  e.prefill(seq, prompt);
+  const int T = 40;
+  e.prefill(seq, tokens(T));
+  const double per_query = double(m.config.num_layers) * m.config.num_heads;
   const std::vector<int64_t> pos = e.cache().live_positions(seq);
-  const ScoreContext ctx{pos, 10};
-  const auto scores = e.policy(seq)->scores(ctx);
-  double total = 0;
-  for (float s : scores) total += s;
-  EXPECT_NEAR(total, 10.0 * m.config.num_layers * m.config.num_heads, 1e-3);
+  const auto scores = e.policy(seq)->scores({pos, T});
+  EXPECT_NEAR(total_score(e, seq), T * per_query, 1e-3);
   // The first token gets every query's attention at least a little: it leads.
   EXPECT_EQ(std::max_element(scores.begin(), scores.end()) - scores.begin(), 0);
   // A decode step adds its query's attention to the sums (they do not restart).
   e.decode(seq, 11);
-  const std::vector<int64_t> after = e.cache().live_positions(seq);
-  double total_after = 0;
-  for (float x : e.policy(seq)->scores({after, 11})) total_after += x;
-  EXPECT_NEAR(total_after, 11.0 * m.config.num_layers * m.config.num_heads, 1e-3);
+  EXPECT_NEAR(total_score(e, seq), (T + 1) * per_query, 1e-3);
 }
 
 // After a round H2O forgets the evicted tokens, not the kept ones: every survivor
 // keeps the attention it had gathered (a token that restarted at 0 would be the
-// next round's first victim).
+// next round's first victim). Under holes only the survivors' positions are no
+// longer their indices in the cache: the next step's attention still lands on the
+// token it was paid to, each survivor's sum grows, and the total by exactly
+// layers x heads.
 TEST(Engine, H2OKeepsTheSumsOfTheTokensItKeeps) {
   Model m = load_model(test::tiny_model("tiny-tied"));
-  Engine e(m, config_for(MemoryStrategy::Compact, "h2o", /*budget=*/8));  // rounds at 8 + 6 live
-  const int seq = e.add_sequence();
-  e.prefill(seq, tokens(10));
-  int token = 1;
-  while (e.cache().sequence(seq).live != 8) e.decode(seq, token++);  // the step that made 14 evicted 6
-  ASSERT_EQ(e.stats(seq).rounds, 1);
-  const std::vector<int64_t> pos = e.cache().live_positions(seq);
-  for (float score : e.policy(seq)->scores({pos, e.cache().sequence(seq).next_pos})) EXPECT_GT(score, 0.0f);
+  for (MemoryStrategy strategy : {MemoryStrategy::Compact, MemoryStrategy::HolesOnly}) {
+    SCOPED_TRACE(strategy_name(strategy));
+    Engine e(m, config_for(strategy, "h2o", /*budget=*/8));  // rounds at 8 + 6 live
+    const int seq = e.add_sequence();
+    e.prefill(seq, tokens(10));
+    int token = 1;
+    while (e.cache().sequence(seq).live != 8) e.decode(seq, token++);  // the step that made 14 evicted 6
+    ASSERT_EQ(e.stats(seq).rounds, 1);
+    const std::vector<int64_t> pos = e.cache().live_positions(seq);
+    ASSERT_NE(pos.back(), int64_t(pos.size()) - 1);  // positions are not indices
+    const std::vector<float> before = e.policy(seq)->scores({pos, e.cache().sequence(seq).next_pos});
+    for (float score : before) EXPECT_GT(score, 0.0f);
+    const double total = total_score(e, seq);
+
+    e.decode(seq, token++);  // 9 live: no round
+    ASSERT_EQ(e.stats(seq).rounds, 1);
+    const std::vector<float> after = e.policy(seq)->scores({pos, e.cache().sequence(seq).next_pos});
+    for (size_t i = 0; i < pos.size(); ++i) EXPECT_GT(after[i], before[i]) << "position " << pos[i];
+    EXPECT_NEAR(total_score(e, seq), total + double(m.config.num_layers) * m.config.num_heads, 1e-3);
+  }
 }
 
 // SnapKV votes with the last window() = 32 queries of a prefill: the tokens they
