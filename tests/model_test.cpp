@@ -93,6 +93,30 @@ TEST(ModelVsPyTorch, FiveQueryHeadsPerKvHead) {
   check_against_fixture("tiny-gqa5", WeightFormat::AsStored, AttentionPath::Eager);
 }
 
+// The queries TriAttention calibrates on (ForwardOptions::queries): after q_norm and
+// before RoPE, against the reference's (tests/fixtures/tiny-tied-queries.json). Taken
+// after RoPE, or before q_norm, they would differ by far more than the tolerance.
+TEST(ModelVsPyTorch, QueriesAfterQNormBeforeRope) {
+  const Model model = load_model(test::tiny_model("tiny-tied"));
+  const auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/tiny-tied-queries.json")));
+  const std::vector<int> prompt = fixture["prompt_ids"].get<std::vector<int>>();
+  const int T = int(prompt.size()), q_dim = model.config.q_dim();
+  ASSERT_EQ(fixture["queries"].size(), size_t(model.config.num_layers));
+  Paged p(model.config, T, 16);
+  RunState state;
+  std::vector<float> queries;  // [num_layers, T, q_dim]
+  ForwardOptions o;
+  o.queries = &queries;
+  forward(model, p.cache, p.kv, p.seq, state, prompt.data(), T, o);
+  ASSERT_EQ(queries.size(), size_t(model.config.num_layers) * T * q_dim);
+  for (int l = 0; l < model.config.num_layers; ++l)
+    for (int t = 0; t < T; ++t) {
+      ASSERT_EQ(fixture["queries"][l][t].size(), size_t(q_dim));
+      EXPECT_LE(max_abs_diff(queries.data() + (size_t(l) * T + t) * q_dim, fixture["queries"][l][t]), kTolerance)
+          << "layer " << l << ", position " << t;
+    }
+}
+
 // --threads changes the speed, never the numbers: a prefill's logits are the same bits on
 // 1, 2 and 3 threads (the bundled model, whose down_proj sums 384 terms: Eigen's own
 // threading cut them in blocks of 320 or fewer on 2 threads and not on 1).

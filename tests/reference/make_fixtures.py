@@ -26,6 +26,12 @@ ties). Every logit row is a full forward over the whole sequence so far (no
 cache); a KV-cached decode is checked against it below. Floats are float32
 values written as repr() of the float64 rounded to 9 significant digits.
 
+And tests/fixtures/tiny-tied-queries.json, the queries TriAttention calibrates
+on (after q_norm, before RoPE) for tiny-tied's first prompt:
+
+    {"model": "tiny-tied", "generated_by": ..., "prompt_ids": [P ints],
+     "queries": [[[heads * head_dim floats] x P] x layers]}
+
 Before writing, the script checks: logits spread (std > 0.5), causality
 (changing later tokens leaves earlier rows unchanged), cached decode ==
 full recompute, and tiny-tied == tiny-tied-with-head bit for bit.
@@ -128,6 +134,19 @@ def write_fixture(path, name, cases):
         f.write(text)
 
 
+def write_queries_fixture(path, name, model, prompt):
+    queries = []
+    model.forward(prompt, queries=queries)             # [layers] x [P, heads * head_dim]
+    layers = ",\n".join(" " + fmt_rows(q.to(torch.float32)) for q in queries)
+    text = ('{"model": ' + json.dumps(name) + ",\n"
+            ' "generated_by": "tests/reference/make_fixtures.py",\n'
+            ' "prompt_ids": ' + json.dumps(list(prompt)) + ",\n"
+            ' "queries": [\n' + layers + "]}\n")
+    json.loads(text)   # well-formed
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def main():
     torch.set_num_threads(1)   # same summation order on every run
     os.makedirs(FIXTURES_DIR, exist_ok=True)
@@ -142,6 +161,8 @@ def main():
             print(f"{name} case {k}: prompt {len(case['prompt_ids'])}, min row std {std:.2f}, "
                   f"cache vs recompute {diff:.1e}, decode ids {case['decode_ids']}")
         write_fixture(os.path.join(FIXTURES_DIR, name + ".json"), name, cases)
+        if name == "tiny-tied":
+            write_queries_fixture(os.path.join(FIXTURES_DIR, name + "-queries.json"), name, model, prompts[0])
         results[name] = cases
 
     # Tied with and without a stored lm_head.weight: the same model exactly.
@@ -153,7 +174,7 @@ def main():
         d = max(float((x["prefill"] - y["prefill"]).abs().max())
                 for x, y in zip(results[low], results[ref]))
         print(f"{low} vs {ref}: max prefill logit difference {d:.3f} (rounding of the weights)")
-    print(f"wrote {len(VARIANTS)} fixtures to {FIXTURES_DIR}")
+    print(f"wrote {len(VARIANTS)} fixtures and tiny-tied-queries.json to {FIXTURES_DIR}")
 
 
 if __name__ == "__main__":

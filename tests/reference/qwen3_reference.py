@@ -121,7 +121,16 @@ class Qwen3:
         self.n_kv = config.get("num_key_value_heads", 32) or self.n_heads  # null: as many as query heads
         self.head_dim = config.get("head_dim", 128)
         self.eps = config.get("rms_norm_eps", 1e-6)
-        self.theta = float(config.get("rope_theta", 10000.0))
+        # transformers 5 keeps RoPE's base in rope_parameters, and reads it there first.
+        rope = config.get("rope_parameters") or {}
+        self.theta = float(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+        # What this transcription does not compute must be off, as kvscope requires.
+        assert rope.get("rope_type", "default") == "default" and not config.get("rope_scaling"), "RoPE scaling"
+        assert config.get("partial_rotary_factor", 1) in (None, 1), "partial rotation"
+        assert not config.get("attention_bias", False), "attention bias"
+        assert not config.get("use_sliding_window", False), "sliding window"
+        assert all(t == "full_attention" for t in config.get("layer_types") or []), "sliding-window layers"
+        assert config.get("hidden_act", "silu") == "silu", "an activation other than SiLU"
         self.w = tensors
         # Qwen3ForCausalLM ties lm_head to embed_tokens when tie_word_embeddings;
         # a file may still hold an lm_head.weight, which is then ignored. Untied, it
@@ -137,11 +146,13 @@ class Qwen3:
             config = json.load(f)
         return cls(config, read_checkpoint(folder))
 
-    def attention(self, i, x, cos, sin, cache):
+    def attention(self, i, x, cos, sin, cache, queries=None):
         """Qwen3Attention for layer i. x: [T, hidden] (already input-normed).
 
         cache: None (x is the whole sequence) or a dict {i: (K, V)} of
         post-RoPE keys and values of the earlier positions, extended here.
+        queries: None or a list that gets this layer's queries after q_norm and
+        before RoPE, [T, heads * head_dim] (what TriAttention calibrates on).
         """
         p = f"model.layers.{i}.self_attn."
         t = x.shape[0]
@@ -151,6 +162,8 @@ class Qwen3:
         v = (x @ self.w[p + "v_proj.weight"].T).view(t, self.n_kv, d)
         # q_norm / k_norm: RMSNorm over head_dim, per head, BEFORE RoPE.
         q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps).transpose(0, 1)  # [H, T, d]
+        if queries is not None:
+            queries.append(q.transpose(0, 1).reshape(t, self.n_heads * d).clone())
         k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps).transpose(0, 1)  # [KV, T, d]
         v = v.transpose(0, 1)
         q = apply_rope(q, cos, sin)
@@ -181,11 +194,12 @@ class Qwen3:
         return (F.silu(gate) * up) @ self.w[p + "down_proj.weight"].T
 
     @torch.no_grad()
-    def forward(self, ids, start_pos=0, cache=None):
+    def forward(self, ids, start_pos=0, cache=None, queries=None):
         """Logits [T, vocab] for token ids at positions start_pos .. start_pos + T - 1.
 
         Without a cache, ids must be the whole sequence (start_pos 0). With a
         cache dict, call it once with the prompt and then with one id at a time.
+        queries: None or a list that gets each layer's pre-RoPE queries (attention()).
         """
         ids = torch.as_tensor(ids, dtype=torch.long)
         positions = torch.arange(start_pos, start_pos + ids.shape[0])
@@ -195,7 +209,7 @@ class Qwen3:
             p = f"model.layers.{i}."
             # pre-norm residual blocks (Qwen3DecoderLayer)
             h = h + self.attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], self.eps),
-                                   cos, sin, cache)
+                                   cos, sin, cache, queries)
             h = h + self.mlp(i, rms_norm(h, self.w[p + "post_attention_layernorm.weight"], self.eps))
         h = rms_norm(h, self.w["model.norm.weight"], self.eps)
         return h @ self.lm_head.T
