@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <regex>
 #include <set>
 
 #include "cache/occupancy.h"
@@ -448,6 +449,8 @@ TEST(VizTimeline, FreedOnAverageWeighsEveryTokenWritten) {
   Occupancy occ(cache.num_blocks(), cache.block_size());
   Counters c(cache.block_size(), 1);
   EXPECT_TRUE(std::isnan(c.blocks_freed_fraction()));  // nothing written yet: not "0.0% of 0"
+  EXPECT_TRUE(std::isnan(c.evicted_fraction()));       // and no share evicted of nothing
+  EXPECT_EQ(percent(c.evicted_fraction()), "-");
   for (const Event& e : log) {
     occ.apply(e);
     c.count(e, occ);
@@ -491,6 +494,26 @@ TEST(VizTimeline, TheLawIsShownOnlyWhereNothingIsProtected) {
       test::run_kvscope("simulate --tokens 1024 --evict 0.75 --strategy holes --trace " + pure_trace);
   ASSERT_EQ(pure_run.code, 0) << pure_run.output;
   EXPECT_TRUE(load_trace_run(pure_trace)->random_one_shot());
+}
+
+// A scenario's summary line is written by hand: every number in it must be one of
+// its settings (tokens, the share evicted, budget, slack, their sum, block size,
+// requests, the requests the pool holds), or the law's figure at its settings,
+// rounded ("~12%"). Digits glued to letters ("H2O", "4th") are not numbers here.
+TEST(VizScenarios, EveryNumberInASummaryLineIsItsSettings) {
+  const std::regex number(R"((^|[^\w.,^])([0-9][0-9,]*(\.[0-9]+)?)(?![\w]))");
+  int seen = 0;
+  for (const Scenario& sc : scenarios()) {
+    const RunSettings& r = sc.settings;
+    std::set<std::string> allowed = {commas(r.tokens), std::to_string(r.budget), std::to_string(r.slack),
+                                      std::to_string(r.budget + r.slack), std::to_string(r.block_size),
+                                      std::to_string(r.sequences), std::to_string(r.sequences - 1),
+                                      fmt("%g", r.evict_fraction), fmt("%.1f", 100 * r.evict_fraction),
+                                      fmt("%.0f", 100 * expected_blocks_freed(r.evict_fraction, r.block_size))};
+    for (std::sregex_iterator it(sc.summary.begin(), sc.summary.end(), number), end; it != end; ++it, ++seen)
+      EXPECT_TRUE(allowed.count((*it)[2].str())) << sc.name << ": " << (*it)[2].str() << " in \"" << sc.summary << "\"";
+  }
+  EXPECT_GE(seen, 20);  // the pattern finds the summaries' numbers (20 today)
 }
 
 // The README's two screenshots are captioned with numbers: the scenario, recorded

@@ -25,9 +25,9 @@ std::vector<std::string> lines(const std::string& text, float first, float width
 
 // ImGui's wrapping split "12.0%" after its '.', and "1,000" after its ','.
 TEST(VizWrap, NumbersAreNeverSplit) {
-  const std::string header = "880 blocks in use  |  12.0% of the full cache's 1,000 freed";
-  EXPECT_EQ(lines(header, 220, 300), (std::vector<std::string>{"880 blocks in use  |", "12.0% of the full cache's",
-                                                               "1,000 freed"}));
+  const std::string header = "880 blocks in use  |  freed 12.0% of a full cache's 1,000 blocks";
+  EXPECT_EQ(lines(header, 220, 300), (std::vector<std::string>{"880 blocks in use  |", "freed 12.0% of a full cache's",
+                                                               "1,000 blocks"}));
   EXPECT_EQ(lines(header, 1000, 1000), std::vector<std::string>{header});
   for (float width = 80; width <= 600; width += 10)
     for (const std::string& line : lines(header, width, width)) {

@@ -59,7 +59,8 @@ struct Counters {
   void count(const Event& e, const Occupancy& after);
 
   int64_t live() const { return written - evicted - released; }
-  double evicted_fraction() const { return written ? double(evicted) / double(written) : 0.0; }
+  // NaN (shown as "-") before a token is written: no share of nothing.
+  double evicted_fraction() const { return written ? double(evicted) / double(written) : NAN; }
   // Tokens were written, and every sequence that wrote them has been released.
   bool all_released() const { return written > 0 && full_cache_blocks == 0; }
   // Not below 0: between a block's allocation and its first token the cache

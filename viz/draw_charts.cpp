@@ -194,11 +194,14 @@ void axes(ImDrawList* dl, const Frame& f, const std::vector<std::string>& y_labe
 }
 
 // The cursor line, and clicking to move it.
-void cursor_and_seek(App& app, const Frame& f, ImVec2 origin, ImVec2 size, const char* id) {
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const double c = double(app.session->cursor());
-  const ImVec2 p = f.at(c, 0);
+// The cursor, a vertical line: drawn before the key, which it must not cross out.
+void cursor_line(ImDrawList* dl, const Frame& f, const Session& s) {
+  const ImVec2 p = f.at(double(s.cursor()), 0);
   dl->AddLine({p.x, f.a.y}, {p.x, f.b.y}, palette::alpha(palette::kHighlight, 0.8f), px(1.5f));
+}
+
+// A click or a drag on the chart moves the cursor there.
+void seek_on_click(App& app, const Frame& f, ImVec2 origin, ImVec2 size, const char* id) {
   ImGui::SetCursorScreenPos(origin);
   ImGui::InvisibleButton(id, size);
   if (ImGui::IsItemActive()) {
@@ -254,8 +257,9 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
                     palette::kExpectedLine, true});
   keys = fitted(std::move(keys), f);
   static KeyPlace placed;
+  cursor_line(dl, f, s);
   key_box(dl, key_corner(f, key_size(keys), s, lines, placed), keys);
-  cursor_and_seek(app, f, origin, size, "fraction-chart");
+  seek_on_click(app, f, origin, size, "fraction-chart");
 }
 
 // Memory in use against the left axis; the bytes compaction moved (which keep
@@ -314,8 +318,9 @@ void memory_chart(App& app, ImVec2 origin, ImVec2 size) {
   }
   keys = fitted(std::move(keys), f);
   static KeyPlace placed;
+  cursor_line(dl, f, s);
   key_box(dl, key_corner(f, key_size(keys), s, lines, placed), keys);
-  cursor_and_seek(app, f, origin, size, "memory-chart");
+  seek_on_click(app, f, origin, size, "memory-chart");
 }
 
 }  // namespace

@@ -172,11 +172,11 @@ void settings(App& app) {
 
 // One row of the counters table: a label with its definition, a value per view;
 // with `only`, "-" in the views of other strategies.
-void row(const Session& s, const char* label, const char* definition,
+void row(const Session& s, const std::string& label, const char* definition,
          const std::function<std::string(const Counters&)>& value, std::optional<MemoryStrategy> only = {}) {
   ImGui::TableNextRow();
   ImGui::TableNextColumn();
-  ImGui::TextUnformatted(label);
+  ImGui::TextUnformatted(label.c_str());
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n(viz/counters.h)", definition);
   for (int v = 0; v < s.views(); ++v) {
     ImGui::TableNextColumn();
@@ -188,14 +188,14 @@ void row(const Session& s, const char* label, const char* definition,
 // The counters at the cursor, a column per view: every number is defined in viz/counters.h.
 void counter_table(const Session& s) {
   if (!ImGui::BeginTable("counters", 1 + s.views(), ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_RowBg)) return;
-  ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthStretch, 1.3f);
+  ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed);  // as wide as its longest label
   for (int v = 0; v < s.views(); ++v)
     ImGui::TableSetupColumn(view_label(s.view(v).run()).c_str(), ImGuiTableColumnFlags_WidthStretch, 1.0f);
   ImGui::TableHeadersRow();
   using C = const Counters&;
   row(s, "tokens written", "SlotWritten events: positions used, all sequences", [](C c) { return commas(c.written); });
   row(s, "live tokens", "written - evicted - released", [](C c) { return commas(c.live()); });
-  row(s, "tokens evicted", "SlotEvicted events in eviction rounds / tokens written",
+  row(s, "tokens evicted, %", "SlotEvicted events in eviction rounds / tokens written",
       [](C c) { return percent(c.evicted_fraction()); });
   if (s.view(0).run().served())
     row(s, "tokens released", "SlotEvicted events outside rounds: a request finished or preempted, released whole",
@@ -213,9 +213,9 @@ void counter_table(const Session& s) {
         "when every request is released",
         [](C c) { return percent(c.mean_freed_fraction()); });
   if (s.view(0).run().random_one_shot())
-    row(s, "law: (evicted)^B",
-        "the chance that all block_size tokens of a block were evicted at random: what holes only frees "
-        "(compaction frees more)",
+    row(s, "law: (evicted)^" + std::to_string(s.view(0).counters().block_size),
+        "the chance that all block_size tokens of a block were evicted at random (the power is the block "
+        "size): what holes only frees (compaction frees more)",
         [](C c) { return percent(c.expected_freed_fraction()); }, MemoryStrategy::HolesOnly);
   row(s, "memory in use", "blocks in use x block size x K/V bytes per token",
       [](C c) { return bytes(double(c.memory_in_use())); });

@@ -159,9 +159,8 @@ std::string nowrap(const std::string& text) {
 }
 
 // "880 blocks in use (3.23 GB)", as one word: the start of a header's first line.
-std::string in_use_text(int blocks, int64_t bytes_per_block) {
-  return nowrap(commas(blocks) + (blocks == 1 ? " block" : " blocks") + " in use (" +
-                bytes(double(blocks) * double(bytes_per_block)) + ")");
+std::string in_use_text(int blocks, double in_use_bytes) {
+  return nowrap(commas(blocks) + (blocks == 1 ? " block" : " blocks") + " in use (" + bytes(in_use_bytes) + ")");
 }
 
 // Two lines of numbers and the phase, wrapped at `width` so that a narrow window does
@@ -182,12 +181,12 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   };
   // Freed is of the full cache's blocks (the same sequences with no eviction), not of
   // the pool's: the two differ while sequences are still growing, or when they share it.
-  const auto freed = [](const std::string& share, int64_t of) {  // not "18" on one line, "freed" the next
-    return share + " of the full cache's " + nowrap(commas(of) + " freed");
+  const auto freed = [](const std::string& share, int64_t of) {  // not "1,000" on one line, "blocks" the next
+    return "freed " + share + " of a full cache's " + nowrap(commas(of) + " blocks");
   };
   const int blocks = t.occupancy().num_blocks();
-  const std::string in_use = in_use_text(c.blocks_in_use, c.bytes_per_block());
-  const std::string most = in_use_text(blocks, c.bytes_per_block());
+  const std::string in_use = in_use_text(c.blocks_in_use, double(c.memory_in_use()));
+  const std::string most = in_use_text(blocks, double(blocks) * double(c.bytes_per_block()));  // the widest
   std::string numbers = " " + in_use;
   numbers += bar(" " + most + "  |  " + freed("100.0%", std::max<int64_t>(blocks, c.full_cache_blocks)));
   numbers += c.all_released()  ? "every sequence released"
@@ -352,7 +351,7 @@ void outline_slot(App& app, ImDrawList* dl, const PoolGeometry& g, int block, in
 float pool_min_width(const Session& s, int view) {
   const Timeline& t = s.view(view);
   const int blocks = t.occupancy().num_blocks();  // the most in use: the widest number
-  const std::string in_use = in_use_text(blocks, t.counters().bytes_per_block());
+  const std::string in_use = in_use_text(blocks, double(blocks) * double(t.counters().bytes_per_block()));
   // As header() draws them: the title, the spacing of SameLine, " " and the numbers.
   return ImGui::CalcTextSize(view_title(t.run()).c_str()).x + ImGui::GetStyle().ItemSpacing.x +
          ImGui::CalcTextSize(" ").x + ImGui::CalcTextSize(in_use.c_str()).x;
