@@ -98,7 +98,9 @@ void place(Session& s, const std::string& at) {
     if (!(v >= low && v <= high) || (whole && v != std::floor(v))) fail("--at " + at + ": " + range);  // NaN too
     return v;
   };
-  if (at.empty() || at == "end") {
+  if (at.empty() && s.view(0).run().served()) {  // its end has released every request: two empty pools
+    s.seek(s.length() / 2);
+  } else if (at.empty() || at == "end") {
     s.seek(s.length());
   } else if (at == "start") {
     s.seek(0);
@@ -527,7 +529,8 @@ int main(int argc, char** argv) {
                  "a 4K screen at 200%, for a window; 1 for a screenshot)")
       ->check(kvscope::cli::number_check(kMinScale, false, kMaxScale, "0.5..4"));
   cli.add_option("--at", a.at,
-                 "Where the clock stands: end (a screenshot's default), start, round:K (after round K), event:N, "
+                 "Where the clock stands: end (a screenshot's default; a served run's is 50%, as its end has "
+                 "released every request), start, round:K (after round K), event:N, "
                  "P% (of the run), compacting:T[:K] (the K-th compaction batch, sliding, T in 0..1); the window "
                  "opens there, paused");
   cli.add_flag("--play", a.play, "Screenshot: play from --at (default start) for the frames, 60 frames a second")
