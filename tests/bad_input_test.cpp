@@ -190,11 +190,11 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("serve-bench --budget 64 --slack 0", "--slack: must be above 0, not 0");
   // budget + slack overflowed an int: "prunes to 100 whenever -2147483549 are live", and a round every token.
   expect_one_line_error("simulate --budget 100 --slack 2147483647",
-                        "eviction: slack must be from 1 to 536870912 (2^29), got 2147483647");
-  expect_one_line_error("simulate --budget 2147483647", "eviction: budget must be from 0 to 536870912 (2^29), got 2147483647");
+                        "--slack must be from 1 to 536870912 (2^29), got 2147483647");
+  expect_one_line_error("simulate --budget 2147483647", "--budget must be from 0 to 536870912 (2^29), got 2147483647");
   // 16,000 tokens x this many bytes overflowed an int64: "bytes reclaimed -1.92 kB".
   expect_one_line_error("simulate --bytes-per-token 9223372036854775807",
-                        "simulate: bytes per token must be in [1, 2^30], got 9223372036854775807");
+                        "--bytes-per-token must be in [1, 2^30], got 9223372036854775807");
   expect_one_line_error("heads --from 600 --length 512",  // with the range, before the model loads
                         "heads: the first measured query (--from 600) must be in [sinks + recent + 10, window length) = [46, 512)");
   // No middle key, or one: "heavy" read 0% (or 100%) for every head.
@@ -206,7 +206,7 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
                         "heads: sinks + recent (2147483647 + 2147483647) must be fewer than the window's tokens");
   expect_one_line_error("eval --context 2147483647",
                         "eval: --context 2147483647 + --continuation 32 need 2147483679 positions, more than the "
-                        "model's max_position_embeddings (2048): lower --context");
+                        "model's max_position_embeddings (2048): lower --context or --continuation");
   // Its bytes did not fit a size_t: "a KV memory budget of 0 bytes".
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory: must be 1000000000 or less, not 1e300");
   // Under the smallest double: strtod read 0, and the run went on with a whole-sequence
@@ -290,9 +290,27 @@ TEST(BadInput, StandardOutputThatCannotBeWrittenIsAnError) {
   }
 }
 
+// A value the run cannot use is named by its flag (the README's "kvscope: error:
+// <file or flag>: <problem>"), also where the check lives below the command line.
+TEST(BadInput, ErrorsNameTheirFlag) {
+  expect_one_line_error(kTiny + "--prompt ''", "kvscope: error: --prompt: the prompt is empty");
+  expect_one_line_error("simulate --tokens 2000000000", "kvscope: error: --tokens must be in [1, 2^30], got 2000000000");
+  expect_one_line_error("simulate --policy h2o", "kvscope: error: --policy h2o: it scores tokens from a model's");
+  expect_one_line_error("simulate --policy lru", "kvscope: error: --policy: unknown policy \"lru\" for simulate");
+  expect_one_line_error("simulate --workload zipf", "kvscope: error: --workload: unknown workload \"zipf\"");
+  expect_one_line_error("simulate --budget 100 --slack 0", "kvscope: error: --slack must be from 1 to 536870912");
+  const std::string tiny = "--model '" + test::tiny_model("tiny-tied") + "' ";
+  expect_one_line_error("eval " + tiny + "--context 1", "kvscope: error: eval: --context must be at least 2 tokens, got 1");
+  expect_one_line_error("eval " + tiny + "--continuation 0",
+                        "kvscope: error: eval: --continuation must be at least 1 token, got 0");
+  expect_one_line_error("calibrate " + tiny + "--text '" + test::source_path("README.md") + "' --out '" + testing::TempDir() +
+                            "never-written.json' --chunk 513",
+                        "kvscope: error: calibrate: --chunk 513 is outside [1, max_position_embeddings = 512]");
+}
+
 TEST(BadInput, BudgetSmallerThanTheProtectedWindow) {
   expect_one_line_error(kTiny + "--prompt hi --budget 20 --sinks 4 --recent 32",
-                        "eviction budget 20 is smaller than the protected tokens (4 sinks + 32 recent)");
+                        "--budget 20 is smaller than the protected tokens (--sinks 4 + --recent 32)");
 }
 
 TEST(BadInput, EvictionFlagsWithoutABudgetAreRefused) {
@@ -734,14 +752,14 @@ TEST(BadInput, KvMemoryTooSmallForOneBlockOrTooLargeForAPool) {
     EXPECT_STREQ(e.what(), "a KV memory budget of 16,383 bytes is smaller than one block (16,384 bytes for 16 tokens)");
   }
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.01",
-                        "a KV memory budget of 10,000 bytes is smaller than one block (16,384 bytes for 16 tokens)");
+                        "--kv-memory 0.01: a KV memory budget of 10,000 bytes is smaller than one block (16,384 bytes for 16 tokens)");
   // MB to whole bytes, rounded: 0.016307 * 1e6 is 16306.99... as a double.
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 0.016307",
-                        "a KV memory budget of 16,307 bytes is smaller than one block (16,384 bytes for 16 tokens)");
+                        "--kv-memory 0.016307: a KV memory budget of 16,307 bytes is smaller than one block (16,384 bytes for 16 tokens)");
   expect_one_line_error(kTiny + "--prompt hi --kv-memory -1", "--kv-memory: must be 0 or more, not -1");
   // And more blocks than a pool numbers (block ids are ints), before any memory is asked for.
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 100000000",
-                        "a KV memory budget of 100,000,000,000,000 bytes is 6,103,515,625 blocks of 16,384 bytes; a "
+                        "--kv-memory 100000000: a KV memory budget of 100,000,000,000,000 bytes is 6,103,515,625 blocks of 16,384 bytes; a "
                         "pool holds at most 1,073,741,824 (2^30)");
   // Before the weights load (as the README says): a checkpoint cut to 100 bytes is not
   // read. Once its error came first, and a real checkpoint loaded gigabytes to be refused.

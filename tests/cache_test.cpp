@@ -414,7 +414,7 @@ TEST(Cache, ReleaseReturnsEveryBlock) {
 
 TEST(Schedule, BudgetMustHoldTheProtectedTokens) {
   EvictionSchedule s{/*budget=*/30, /*slack=*/8, /*sinks=*/4, /*recent=*/32};
-  expect_error([&] { s.validate(); }, "eviction budget 30 is smaller than the protected tokens (4 sinks + 32 recent)");
+  expect_error([&] { s.validate(); }, "--budget 30 is smaller than the protected tokens (--sinks 4 + --recent 32)");
   s.budget = 36;
   EXPECT_NO_THROW(s.validate());
   s.budget = 0;  // no eviction at all: nothing to hold

@@ -215,7 +215,7 @@ TEST(Simulate, OneShotDownToABudgetWithProtection) {
   EXPECT_EQ(r.live, 1000);
   EXPECT_EQ(r.rounds, 1);
   c.schedule.budget = 30;  // cannot hold 4 + 32 protected tokens
-  expect_refused(c, "eviction budget 30 is smaller than the protected tokens (4 sinks + 32 recent)");
+  expect_refused(c, "--budget 30 is smaller than the protected tokens (--sinks 4 + --recent 32)");
 }
 
 // Correlated importance: clustered tokens are kept in runs, so whole blocks empty

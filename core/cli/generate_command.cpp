@@ -174,7 +174,7 @@ std::vector<int> prompt_ids(const GenerateArgs& a, const Tokenizer& tokenizer) {
                 " has no <|im_start|> and <|im_end|> tokens: the model was not trained on ChatML (drop --chat)");
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
   const std::vector<int> ids = tokenizer.encode(text);
-  if (ids.empty()) throw Error("the prompt is empty");
+  if (ids.empty()) throw Error("--prompt: the prompt is empty");
   return tokenizer.with_special_tokens(ids);
 }
 
@@ -197,9 +197,12 @@ GenerateOptions generate_options(const GenerateArgs& a, const ModelConfig& confi
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = schedule;
   options.engine.policy = std::move(policy);
-  options.engine.num_blocks =
-      a.kv_memory_mb > 0 ? blocks_for_budget(config, a.block_size, size_t(std::llround(a.kv_memory_mb * 1e6)))
-                         : int((prompt_tokens + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
+  options.engine.num_blocks = int((prompt_tokens + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
+  if (a.kv_memory_mb > 0) try {
+      options.engine.num_blocks = blocks_for_budget(config, a.block_size, size_t(std::llround(a.kv_memory_mb * 1e6)));
+    } catch (const Error& e) {  // "a KV memory budget of 1,000 bytes is smaller than one block (...)"
+      throw Error("--kv-memory " + number_text(a.kv_memory_mb) + ": " + e.what());
+    }
   if (a.kv_memory_mb > 0) check_pool_holds_the_run(a, options.engine.num_blocks, prompt_tokens);
   return options;
 }

@@ -130,8 +130,9 @@ void check_windows(const std::vector<std::vector<int>>& windows, const EvalSetti
 }  // namespace
 
 void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
-  if (s.context < 2) throw Error("eval: the context must be at least 2 tokens");
-  if (s.continuation < 1) throw Error("eval: the continuation must be at least 1 token");
+  if (s.context < 2) throw Error("eval: --context must be at least 2 tokens, got " + std::to_string(s.context));
+  if (s.continuation < 1)
+    throw Error("eval: --continuation must be at least 1 token, got " + std::to_string(s.continuation));
   if (s.block_size < 1 || s.block_size > kMaxBlockSize)
     throw Error("eval: the block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
                 std::to_string(s.block_size));
@@ -139,7 +140,7 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
   if (positions > max_position_embeddings)
     throw Error("eval: --context " + std::to_string(s.context) + " + --continuation " + std::to_string(s.continuation) +
                 " need " + std::to_string(positions) + " positions, more than the model's max_position_embeddings (" +
-                std::to_string(max_position_embeddings) + "): lower --context");
+                std::to_string(max_position_embeddings) + "): lower --context or --continuation");
   if (s.scored_from > s.context) throw Error("eval: scored_from is past the end of the context");
   if (s.calibration.empty() && std::find(s.policies.begin(), s.policies.end(), "triattention") != s.policies.end())
     throw Error("eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "

@@ -16,16 +16,17 @@
 namespace kvscope {
 
 void EvictionSchedule::validate() const {
-  // Each value by name (as its flag), with what was given. The ceiling keeps
-  // budget + slack and sinks + recent (and a prefill chunk on top) inside an int.
+  // Each value by its flag (the app's fields have the same names), with what was given.
+  // The ceiling keeps budget + slack and sinks + recent (and a prefill chunk on top)
+  // inside an int.
   for (const auto& [name, value, least] : {std::tuple{"budget", budget, 0}, std::tuple{"slack", slack, 1},
                                            std::tuple{"sinks", sinks, 0}, std::tuple{"recent", recent, 0}})
     if (value < least || value > kMaxScheduleTokens)
-      throw Error(std::string("eviction: ") + name + " must be from " + std::to_string(least) + " to " +
+      throw Error(std::string("--") + name + " must be from " + std::to_string(least) + " to " +
                   std::to_string(kMaxScheduleTokens) + " (2^29), got " + std::to_string(value));
   if (enabled() && budget < sinks + recent)
-    throw Error("eviction budget " + std::to_string(budget) + " is smaller than the protected tokens (" +
-                std::to_string(sinks) + " sinks + " + std::to_string(recent) + " recent)");
+    throw Error("--budget " + std::to_string(budget) + " is smaller than the protected tokens (--sinks " +
+                std::to_string(sinks) + " + --recent " + std::to_string(recent) + ")");
 }
 
 std::vector<int64_t> select_keep(const std::vector<int64_t>& pos, const std::vector<float>& scores,

@@ -76,7 +76,7 @@ TriCalibration calibrate(const Model& model, const std::vector<int>& tokens, con
   if (tokens.empty()) throw Error("calibrate: no tokens to calibrate on");
   const int chunk = options.chunk > 0 ? options.chunk : std::min(1024, c.max_position_embeddings);
   if (options.chunk < 0 || chunk > c.max_position_embeddings)
-    throw Error("calibrate: chunk " + std::to_string(options.chunk) + " is outside [1, max_position_embeddings = " +
+    throw Error("calibrate: --chunk " + std::to_string(options.chunk) + " is outside [1, max_position_embeddings = " +
                 std::to_string(c.max_position_embeddings) + "]");
   const int batch = std::max(1, options.batch);
   constexpr int kBlock = 16;

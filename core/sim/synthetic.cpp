@@ -51,7 +51,7 @@ Workload::Workload(const std::string& name, int64_t tokens, uint64_t seed) : nam
   else if (name == "heavy-tailed")
     kind_ = Kind::HeavyTailed;
   else
-    throw Error("unknown workload \"" + name + "\" (choose uniform, sinks-recency, clustered or heavy-tailed)");
+    throw Error("--workload: unknown workload \"" + name + "\" (choose uniform, sinks-recency, clustered or heavy-tailed)");
 
   base_.resize(size_t(tokens));
   SplitMix64 rng(seed);
@@ -121,16 +121,16 @@ std::unique_ptr<EvictionPolicy> make_sim_policy(const std::string& name, uint64_
   if (name == "random" || name == "streaming") return make_policy(name, seed);
   if (name == "importance") return std::make_unique<ImportancePolicy>(workload);
   if (name == "h2o" || name == "snapkv" || name == "triattention" || name == "oracle")
-    throw Error("policy \"" + name + "\" scores tokens from a model's attention or keys, and simulate has no model " +
+    throw Error("--policy " + name + ": it scores tokens from a model's attention or keys, and simulate has no model " +
                 "(use kvscope generate; simulate accepts random, streaming and importance)");
-  throw Error("unknown policy \"" + name + "\" for simulate (choose random, streaming or importance)");
+  throw Error("--policy: unknown policy \"" + name + "\" for simulate (choose random, streaming or importance)");
 }
 
 }  // namespace
 
 void check_simulation_config(const SimulationConfig& c) {
   if (c.tokens < 1 || c.tokens > (int64_t(1) << 30))
-    throw Error("simulate: tokens must be in [1, 2^30], got " + std::to_string(c.tokens));
+    throw Error("--tokens must be in [1, 2^30], got " + std::to_string(c.tokens));
   check_block_size(c.block_size);
   const int64_t slots = blocks_for_tokens(c.tokens, c.block_size) * c.block_size;
   if (c.record_events && slots > kMaxTraceSlots)  // refused before the run, not when the trace is written
@@ -140,7 +140,7 @@ void check_simulation_config(const SimulationConfig& c) {
   if (!(c.evict_fraction >= 0 && c.evict_fraction <= 1))
     throw Error("simulate: the evicted fraction must be in [0, 1], got " + number_text(c.evict_fraction));
   if (c.bytes_per_token < 1 || c.bytes_per_token > (int64_t(1) << 30))  // 2^30 tokens x 2^30 bytes fits an int64
-    throw Error("simulate: bytes per token must be in [1, 2^30], got " + std::to_string(c.bytes_per_token));
+    throw Error("--bytes-per-token must be in [1, 2^30], got " + std::to_string(c.bytes_per_token));
   if (c.streaming && !c.schedule.enabled()) throw Error("simulate: streaming mode needs a budget > 0");
   c.schedule.validate();
   if (!c.streaming && c.schedule.budget == 0) {
