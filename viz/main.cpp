@@ -423,6 +423,23 @@ void run_window(App& app, const Args& a, GLFWwindow* window) {
   }
 }
 
+// A screenshot shows the one run it loads: a model or a calibration file that run never
+// reads would be dropped without a word. (In a window the settings can switch to them.)
+void check_used_by_the_screenshot(const Args& a) {
+  const Scenario* s = a.scenario.empty() ? nullptr : find_scenario(a.scenario);
+  const std::string shown = !a.traces.empty() ? "a trace"
+                            : s               ? "scenario " + s->name
+                                              : "the default scenario";  // h2o-model with a model
+  const bool reads_model = a.traces.empty() && (!s || s->settings.source == Source::Model);
+  const bool reads_calibration = reads_model && s && s->settings.policy == "triattention";
+  if (!a.model.empty() && !reads_model)
+    fail("--model has no effect on this screenshot: " + shown + " runs no model (the model scenarios do: "
+         "--list-scenarios)");
+  if (!a.calibration.empty() && !reads_calibration)
+    fail("--calibration has no effect on this screenshot: " + shown +
+         " does not evict with TriAttention (--scenario triattention-model does)");
+}
+
 // What it printed (the headline, "wrote FILE.png", a timing table, the help) went to
 // standard output: a write that failed there (a full disk, say) is not exit code 0.
 void check_output_written() {
@@ -449,6 +466,7 @@ int run(const Args& a) {
   }
   if (!a.scenario.empty() && !find_scenario(a.scenario))  // a typo first: no display would not help it
     fail("unknown scenario \"" + a.scenario + "\" (kvscope-viz --list-scenarios lists them)");
+  if (headless) check_used_by_the_screenshot(a);
   if (!headless && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY"))
     fail("no display (DISPLAY is not set): write a picture with --screenshot FILE.png (under `xvfb-run -a "
          "kvscope-viz --screenshot FILE.png ...`), or run the window under xvfb-run or on a desktop",
