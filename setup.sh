@@ -3,6 +3,7 @@
 #
 #   bash setup.sh          install, build, run the main job: the desktop app (kvscope-viz);
 #                          with no display it says so and writes a screenshot instead
+#                          (the same as `bash setup.sh demo`)
 #   bash setup.sh test     install, build, run the whole test suite
 #   bash setup.sh build    install and build only
 #   bash setup.sh sanitize install, build the CPU code with AddressSanitizer and
