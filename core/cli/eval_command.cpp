@@ -129,7 +129,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--slack", s.slack, "Rounds start at budget + slack live tokens")->capture_default_str()->check(kPositive);
   cmd->add_option("--sinks", s.sinks, "First tokens always kept")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--recent", s.recent, "Newest tokens always kept")->capture_default_str()->check(kNonNegative);
-  CLI::Option* seed = cmd->add_option("--seed", s.seed, "Seed of the random policy")
+  CLI::Option* seed = cmd->add_option("--seed", s.seed,
+                                      "Seed of the random policy (refused unless --policies has random)")
                           ->capture_default_str()
                           ->check(kNonNegative);
   cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");

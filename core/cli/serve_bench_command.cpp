@@ -463,7 +463,9 @@ void add_serve_bench_command(CLI::App& app) {
       ->check(kFileName);
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id) and its tokens; kvscope-viz --trace FILE shows it")
       ->check(kFileName);
-  CLI::Option* seed = cmd->add_option("--seed", a.seed, "Seed of the random policy, and of random prompts and weights")
+  CLI::Option* seed = cmd->add_option(
+      "--seed", a.seed,
+      "Seed of the random policy, and of random prompts and weights (refused unless --policy random or --config)")
                           ->capture_default_str()
                           ->check(kNonNegative);
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
