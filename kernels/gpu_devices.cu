@@ -10,6 +10,8 @@ std::vector<GpuInfo> list_gpus(std::string& why) {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {  // e.g. no driver: treat every error as "no GPU"
     why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
+    if (err == cudaErrorInsufficientDriver)  // what a machine with no NVIDIA driver at all gets too
+      why += ": no NVIDIA driver is loaded, or it is older than this build's CUDA runtime";
     cudaGetLastError();  // clear the sticky error
     return gpus;
   }
