@@ -221,7 +221,7 @@ TEST_F(BrokenCheckpoint, UntiedModelWithoutLmHead) {
   expect_error(dir_, "missing tensor \"lm_head.weight\"");
 }
 
-// A tied model may still carry lm_head.weight (a copy of the embedding); its shape is checked too.
+// A tied model may still carry an lm_head.weight (tying ignores it); its shape is checked too.
 TEST_F(BrokenCheckpoint, TiedLmHeadOfTheWrongShape) {
   make_copy("tiny-tied-with-head");
   edit_weights([](Parts& p) { p.header["lm_head.weight"]["shape"] = {64, 384}; });  // the same bytes, transposed

@@ -15,7 +15,8 @@ Variants (all share the same tokenizer.json; all but tiny-gqa5 share the same
 shapes and, except for lm_head, the same weights):
     tiny-tied            F32, tie_word_embeddings true, no lm_head.weight in the file
     tiny-untied          F32, tie false, lm_head.weight different from the embedding
-    tiny-tied-with-head  F32, tie true, the file also holds lm_head.weight == embedding
+    tiny-tied-with-head  F32, tie true, the file also holds an lm_head.weight (tiny-untied's,
+                         not the embedding), which tying ignores
     tiny-bf16-sharded    BF16, untied, two shards + model.safetensors.index.json
     tiny-f16             F16, tied
     tiny-gqa5            F32, untied, 10 query heads over 2 KV heads (a group
@@ -315,10 +316,8 @@ def main():
             if f.endswith(".safetensors") or f.endswith(".index.json"):
                 os.remove(os.path.join(out, f))
         w = {k: v.to(dtype) for k, v in master[heads].items()}
-        if tied and head_in_file:
-            w["lm_head.weight"] = w["model.embed_tokens.weight"].clone()
-        elif tied:
-            del w["lm_head.weight"]
+        if tied and not head_in_file:
+            del w["lm_head.weight"]   # with head_in_file it stays: the untied head, ignored when tied
 
         config = {
             "architectures": ["Qwen3ForCausalLM"],
