@@ -51,7 +51,7 @@ TEST(Memory, KvBytesPerTokenQwen3_06B) {
   EXPECT_EQ(kv_bytes_per_token(c, 16), 112 * 1024);
   EXPECT_EQ(kv_bytes_per_token(c, 32), 229376);
   EXPECT_EQ(kv_bytes_per_token(c, 8), 57344);
-  EXPECT_EQ(kv_tokens_per_gib(c, 16), (1LL << 30) / 114688);  // 9362
+  EXPECT_EQ(kv_tokens_per_gb(c, 16), 8719);  // 1e9 / 114,688, rounded down
 }
 
 TEST(Memory, KvBytesPerTokenQwen3_32B) {
@@ -60,7 +60,7 @@ TEST(Memory, KvBytesPerTokenQwen3_32B) {
   EXPECT_EQ(kv_bytes_per_token(c, 16), 262144);  // 256 KiB
   EXPECT_EQ(kv_bytes_per_token(c, 32), 524288);
   EXPECT_EQ(kv_bytes_per_token(c, 8), 131072);
-  EXPECT_EQ(kv_tokens_per_gib(c, 16), 4096);
+  EXPECT_EQ(kv_tokens_per_gb(c, 16), 3814);  // 1e9 / 262,144, rounded down
 }
 
 TEST(Memory, WeightBytes) {

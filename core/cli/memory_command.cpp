@@ -51,15 +51,16 @@ std::string kv_formula(const ModelConfig& c, int kv_bits) {
   return buf;
 }
 
-// The per-token table: one formula line each for 32-, 16- and 8-bit elements, then tokens per GiB.
+// The per-token table: one formula line each for 32-, 16- and 8-bit elements, then tokens per GB
+// (1e9 bytes, as in the GPU fit below: the KiB per token are exact, 112 KiB = 114,688 bytes).
 void print_kv_table(const ModelConfig& c, int chosen_kv_bits) {
   const int widths[] = {32, 16, 8};
   size_t formula_width = 0;
   for (int bits : widths) formula_width = std::max(formula_width, kv_formula(c, bits).size());
   std::printf("KV cache per token = 2 (K and V) x layers x KV heads x head_dim x bytes per element\n");
   for (int bits : widths)
-    std::printf("  %2d-bit: %-*s  %7s tokens per GiB%s\n", bits, int(formula_width), kv_formula(c, bits).c_str(),
-                commas(kv_tokens_per_gib(c, bits)).c_str(), bits == chosen_kv_bits ? "  <- --kv-bits" : "");
+    std::printf("  %2d-bit: %-*s  %7s tokens per GB%s\n", bits, int(formula_width), kv_formula(c, bits).c_str(),
+                commas(kv_tokens_per_gb(c, bits)).c_str(), bits == chosen_kv_bits ? "  <- --kv-bits" : "");
 }
 
 void run_memory(const MemoryArgs& a) {

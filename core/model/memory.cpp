@@ -27,8 +27,8 @@ int64_t kv_bytes_per_token(const ModelConfig& config, int kv_bits) {
   return 2 * int64_t(config.num_layers) * config.num_kv_heads * config.head_dim * bytes_per_element;
 }
 
-int64_t kv_tokens_per_gib(const ModelConfig& config, int kv_bits) {
-  return (int64_t(1) << 30) / kv_bytes_per_token(config, kv_bits);
+int64_t kv_tokens_per_gb(const ModelConfig& config, int kv_bits) {
+  return int64_t(1000000000) / kv_bytes_per_token(config, kv_bits);
 }
 
 int64_t weight_bytes(const ModelConfig& config, int weight_bits) {

@@ -24,8 +24,8 @@ void check_kv_bits(int kv_bits);
 // 2 (K and V) x num_layers x num_kv_heads x head_dim x kv_bits / 8.
 int64_t kv_bytes_per_token(const ModelConfig& config, int kv_bits);
 
-// Tokens of K/V cache in one GiB (2^30 bytes), rounded down.
-int64_t kv_tokens_per_gib(const ModelConfig& config, int kv_bits);
+// Tokens of K/V cache in one GB (1e9 bytes, the GB of the GPU fit), rounded down.
+int64_t kv_tokens_per_gb(const ModelConfig& config, int kv_bits);
 
 // Bytes of the weights when every parameter takes weight_bits bits, rounded up
 // to whole bytes (ModelConfig::parameter_count(); no quantization scales or zero

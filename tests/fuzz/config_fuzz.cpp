@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (c.num_heads % c.num_kv_heads != 0) std::abort();
     if (c.q_dim() <= 0 || c.kv_dim() <= 0 || c.parameter_count() <= 0) std::abort();
     for (int bits : {8, 16, 32})
-      if (kvscope::kv_bytes_per_token(c, bits) <= 0 || kvscope::kv_tokens_per_gib(c, bits) < 0) std::abort();
+      if (kvscope::kv_bytes_per_token(c, bits) <= 0 || kvscope::kv_tokens_per_gb(c, bits) < 0) std::abort();
     if (kvscope::weight_bytes(c, 32) <= 0) std::abort();
   } catch (const kvscope::Error&) {
   }
