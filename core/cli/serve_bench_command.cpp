@@ -312,8 +312,12 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
       const std::string& strategy = a.strategies[i];
       const bool record = !a.trace.empty() && i + 1 == a.strategies.size() && r == 0;
       const double t0 = now_seconds();
+      LogProgress log;  // without a terminal: a line every 10 s
       const auto progress = [&](int done, int total) {
         if (bar) print_progress(strategy, r + 1, a.repeat, done, total, now_seconds() - t0);
+        else if (done < total && log.due())
+          std::fprintf(stderr, "serve-bench %s run %d/%d: %d/%d requests, %.0f s\n", strategy.c_str(), r + 1, a.repeat,
+                       done, total, now_seconds() - t0);
       };
       ServeRun run;
       std::vector<Request> stopped;  // the requests as they stood, when a step is refused

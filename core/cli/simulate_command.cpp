@@ -26,6 +26,7 @@
 #include "model/memory.h"
 #include "sim/synthetic.h"
 #include "util/error.h"
+#include "util/clock.h"
 #include "util/file.h"
 #include "util/format.h"
 
@@ -71,9 +72,15 @@ void check_args(const SimulateArgs& a) {
     throw Error("--trace records one run: give --strategy holes, reuse or compact and no --seeds");
 }
 
-// Progress on stderr for long runs: a line rewritten in place on a terminal.
-std::function<void(double)> progress_reporter(const SimulationConfig& c, const std::string& label) {
-  if (c.tokens < (1 << 18) || !isatty(2)) return {};
+// Progress on stderr for long runs: a line rewritten in place on a terminal; in a log, a
+// plain line every 10 seconds (`log`, shared by the runs of one command).
+std::function<void(double)> progress_reporter(const SimulationConfig& c, const std::string& label,
+                                              const std::shared_ptr<LogProgress>& log) {
+  if (c.tokens < (1 << 18)) return {};
+  if (!isatty(2))
+    return [label, log](double done) {
+      if (done < 1 && log->due()) std::fprintf(stderr, "simulate: %s %3.0f%%\n", label.c_str(), 100 * done);
+    };
   return [label](double done) {
     std::fprintf(stderr, "\rsimulate: %s %3.0f%%", label.c_str(), 100 * done);
     if (done >= 1) std::fprintf(stderr, "\r%*s\r", int(label.size()) + 16, "");
@@ -93,10 +100,11 @@ SimulationConfig run_config(const SimulateArgs& a, const SimulationConfig& base,
 std::vector<std::vector<SimulationResult>> run_all(const SimulateArgs& a, const SimulationConfig& base,
                                                    const std::vector<MemoryStrategy>& which) {
   std::vector<std::vector<SimulationResult>> results(which.size());
+  const auto log = std::make_shared<LogProgress>();
   for (size_t s = 0; s < which.size(); ++s)
     for (int k = 0; k < a.seeds; ++k) {
       SimulationConfig c = run_config(a, base, which[s], k);
-      c.progress = progress_reporter(c, std::string(strategy_name(c.strategy)) + " seed " + std::to_string(c.seed));
+      c.progress = progress_reporter(c, std::string(strategy_name(c.strategy)) + " seed " + std::to_string(c.seed), log);
       results[s].push_back(simulate(c));
     }
   return results;
