@@ -367,7 +367,9 @@ int write_screenshot(App& app, const Args& a, int width, int height, ImVec2 mous
   Offscreen target;
   if (const std::string err = target.create(width, height); !err.empty()) fail(err);
   if (a.play) app.session->toggle_play();
+  LogProgress log;  // many frames, or huge ones, take a while: say how far it got every 10 s
   for (int f = 0; f < a.frames; ++f) {
+    if (log.due()) std::fprintf(stderr, "kvscope-viz: frame %d of %d\n", f + 1, a.frames);
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
     io.DisplaySize = {float(width), float(height)};
