@@ -104,7 +104,8 @@ std::vector<std::vector<SimulationResult>> run_all(const SimulateArgs& a, const 
   for (size_t s = 0; s < which.size(); ++s)
     for (int k = 0; k < a.seeds; ++k) {
       SimulationConfig c = run_config(a, base, which[s], k);
-      c.progress = progress_reporter(c, std::string(strategy_name(c.strategy)) + " seed " + std::to_string(c.seed), log);
+      const std::string label = std::string(strategy_name(c.strategy)) + " seed " + std::to_string(c.seed);
+      c.progress = progress_reporter(c, label, log);
       results[s].push_back(simulate(c));
     }
   return results;

@@ -51,7 +51,8 @@ Workload::Workload(const std::string& name, int64_t tokens, uint64_t seed) : nam
   else if (name == "heavy-tailed")
     kind_ = Kind::HeavyTailed;
   else
-    throw Error("--workload: unknown workload \"" + name + "\" (choose uniform, sinks-recency, clustered or heavy-tailed)");
+    throw Error("--workload: unknown workload \"" + name +
+                "\" (choose uniform, sinks-recency, clustered or heavy-tailed)");
 
   base_.resize(size_t(tokens));
   SplitMix64 rng(seed);

@@ -4,7 +4,8 @@
 //   1. added tokens (<|im_start|>, <|endoftext|>, ...) are cut out of the raw text
 //      first, leftmost-longest match, and become their ids directly;
 //   2. every other piece is normalised (NFC for Qwen);
-//   3. split into "words" by the pre-tokenizer regex (Qwen's, run by PCRE2);
+//   3. split into "words" by the pre-tokenizer regex (Qwen's, run by PCRE2 with its
+//      \s spelled out as Unicode's White_Space: spell_out_white_space below);
 //   4. each word's UTF-8 bytes become GPT-2 "byte-level" symbols, one per byte;
 //   5. BPE: repeatedly merge the adjacent pair with the lowest merge rank.
 // decode(ids) concatenates each token's raw bytes.
