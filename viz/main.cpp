@@ -530,9 +530,11 @@ int main(int argc, char** argv) {
                  "Model folder for the model scenarios (config.json, *.safetensors, tokenizer.json); "
                  "default assets/model when it exists; without one the model scenarios show a synthetic stand-in. "
                  "tests/models/tiny-tied works but has random weights: its attention is near-uniform, so the model "
-                 "views mean something only with a trained model");
+                 "views mean something only with a trained model. A screenshot of a run that reads no model refuses "
+                 "it");
   cli.add_option("--calibration", a.calibration,
-                 "TriAttention's calibration file (kvscope calibrate); default DIR/triattention-calibration.json");
+                 "TriAttention's calibration file (kvscope calibrate); default DIR/triattention-calibration.json. "
+                 "A screenshot of a run that does not evict with TriAttention refuses it");
   // The screenshot-only options are refused without --screenshot (the window would ignore them).
   CLI::Option* shot = cli.add_option("--screenshot", a.screenshot,
                                      "Render headless and write this PNG (needs OpenGL: use xvfb-run -a without a display)")
