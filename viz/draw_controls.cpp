@@ -358,7 +358,8 @@ void draw_controls(App& app, ImVec2) {
   counters(app);
   hover_details(app);
   heading("KEYS");
-  ImGui::TextDisabled("space play/pause, arrows step,\nshift+arrows a round, Home/End");
+  ImGui::TextDisabled("space play/pause, arrows step,\nshift+arrows a round, Home/End;\n"
+                      "click or drag a chart or the timeline: go there");
 }
 
 bool fits_after_last_item(float w) {
