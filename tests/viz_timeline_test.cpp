@@ -496,6 +496,21 @@ TEST(VizTimeline, TheLawIsShownOnlyWhereNothingIsProtected) {
   EXPECT_TRUE(load_trace_run(pure_trace)->random_one_shot());
 }
 
+// A tooltip's score says what it measures: the policy's own quantity, or the
+// synthetic workload's importance.
+TEST(VizRun, AScoreSaysWhatItMeasures) {
+  viz::Run r;
+  const std::map<std::string, std::string> says = {{"h2o", "H2O: attention received so far"},
+                                                   {"snapkv", "SnapKV: the observation window's pooled votes"},
+                                                   {"triattention", "TriAttention: the key's predicted attention"}};
+  for (const auto& [policy, meaning] : says) {
+    r.policy = policy;
+    EXPECT_EQ(r.score_meaning(), meaning + ", as of the last round");
+  }
+  r.importance = [](int, int64_t, int64_t) { return 1.0; };
+  EXPECT_EQ(r.score_meaning(), "the workload's importance of the token now");
+}
+
 // A scenario's summary line is written by hand: every number in it must be one of
 // its settings (tokens, the share evicted, budget, slack, their sum, block size,
 // requests, the requests the pool holds), or the law's figure at its settings,

@@ -222,7 +222,7 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
     if (auto sc = scores(owner, pos); sc && std::isinf(*sc))
       ImGui::TextUnformatted("score +inf: the policy always keeps it (SnapKV's observation window)");
     else if (sc)
-      ImGui::Text("score %.4g", *sc);
+      ImGui::Text("score %.4g (%s; higher is kept)", *sc, t.run().score_meaning().c_str());
     else
       ImGui::TextUnformatted(t.run().has_scores() ? "score: not scored yet"
                              : t.run().traced     ? "score: not recorded (a trace holds no scores)"

@@ -56,7 +56,7 @@ void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& sco
   } else if (st == State::Evicted) {
     ImGui::TextUnformatted("evicted: its slot became a hole");
   } else {
-    if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g", *sc);
+    if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g (%s; higher is kept)", *sc, run.score_meaning().c_str());
     for (int v = 0; v < s.views(); ++v) {
       if (!s.same_token_ids(s.primary(), v)) continue;  // its numbers name other tokens there
       const SlotRef r = s.view(v).locate(seq, pos);

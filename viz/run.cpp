@@ -74,6 +74,14 @@ void read_token_text(Run& run, const std::string& path) {
 
 }  // namespace
 
+std::string Run::score_meaning() const {
+  if (importance) return "the workload's importance of the token now";
+  if (policy == "h2o") return "H2O: attention received so far, as of the last round";
+  if (policy == "snapkv") return "SnapKV: the observation window's pooled votes, as of the last round";
+  if (policy == "triattention") return "TriAttention: the key's predicted attention, as of the last round";
+  return policy + ", as of the last round";
+}
+
 std::shared_ptr<Run> load_trace_run(const std::string& path) {
   Trace trace = read_trace(path);
   auto run = std::make_shared<Run>();

@@ -50,6 +50,9 @@ struct Run {
   std::string text_note;  // a trace's: where its token text came from, or why it has none
 
   bool has_scores() const { return bool(importance) || !round_scores.empty(); }
+  // What a score of this run measures, for a tooltip: "H2O: attention received, as of
+  // the last round". Higher is kept.
+  std::string score_meaning() const;
   // Requests served by the scheduler: sequences finish (or are preempted) and are
   // released. "serve": the app's own; "serve-bench": a trace kvscope serve-bench wrote.
   bool served() const {
