@@ -66,7 +66,7 @@ void part1_small_plan() {
     for (int l = 0; l < c.num_layers; ++l)
       intact = intact && kv.key(l, live.slots[j])[0] == float(live.pos[j]) && kv.value(l, live.slots[j])[0] == float(live.pos[j]);
   const int64_t per_token = 2LL * c.num_layers * c.kv_dim() * 4;  // K and V, all layers, f32
-  std::printf("%zu moves x %lld bytes per token (2 x %d layers x %d x 4 bytes) = %s bytes moved; %d blocks freed;\n",
+  std::printf("%zu moves x %lld bytes per token (2 x %d layers x %d K/V dims x 4 bytes) = %s bytes moved; %d blocks freed;\n",
               plan.size(), static_cast<long long>(per_token), c.num_layers, c.kv_dim(), commas(int64_t(moved)).c_str(),
               4 - int(cache.sequence(seq).blocks.size()));
   std::printf("every survivor's K and V found at its new slot: %s\n", intact ? "yes" : "NO (!)");
@@ -82,7 +82,7 @@ void part2_bytes() {
               commas(s.tokens).c_str(), s.block_size);
   std::printf("%s evicted at random in one round (seed %llu):\n", percent(s.evict_fraction).c_str(),
               static_cast<unsigned long long>(s.seed));
-  std::printf("  %-8s  %12s  %15s  %13s  %23s  %23s\n", "strategy", "blocks freed", "bytes reclaimed", "tokens moved",
+  std::printf("  %-8s  %12s  %15s  %13s  %23s  %23s\n", "strategy", "blocks freed", "reclaimed (f32)", "tokens moved",
               "bytes moved (f32 K/V)", "bytes moved (16-bit K/V)");
   for (MemoryStrategy strategy : {MemoryStrategy::HolesOnly, MemoryStrategy::Compact}) {
     s.strategy = strategy;

@@ -145,7 +145,7 @@ static void preemption_loses_nothing(const Model& model, const Timeline& none, i
                 r.preemptions, r.preemptions == 1 ? "" : "s", kNewTokens,
                 alone.request(0).output == r.output ? "equal" : "DIFFER FROM (!)");
   }
-  std::printf("  %d of %d preempted requests end as if never stopped; %lld tokens were computed twice\n", same,
+  std::printf("  %d of %d preempted requests end as if never stopped; %lld tokens went through the model again\n", same,
               preempted, static_cast<long long>(none.stats.recomputed_tokens));
 }
 
