@@ -221,6 +221,17 @@ std::vector<std::vector<int>> serve(const Model& m, const EngineConfig& c, const
       if (s.request(i).seq >= 0) held += e.cache().sequence(s.request(i).seq).blocks.size();
     EXPECT_EQ(s.stats().holding.back(), s.num_running());
     EXPECT_EQ(size_t(s.stats().blocks_in_use.back()), held);
+    // First come, first served: every request holding blocks arrived before every one
+    // waiting (a preempted request goes back to the front of the queue), and a
+    // finished one holds none.
+    int newest_holding = -1, oldest_waiting = s.num_requests();
+    for (int i = 0; i < s.num_requests(); ++i) {
+      const Request& q = s.request(i);
+      if (q.finished) EXPECT_EQ(q.seq, -1) << "request " << i;
+      else if (q.seq >= 0) newest_holding = std::max(newest_holding, i);
+      else oldest_waiting = std::min(oldest_waiting, i);
+    }
+    EXPECT_LT(newest_holding, oldest_waiting) << "step " << steps;
     EXPECT_LT(++steps, 100000) << "no progress";
     if (steps >= 100000) break;
   }
@@ -607,6 +618,13 @@ TEST(ServeBench, ThePeakOfBlocksInUseIsTakenWithinAStep) {
   // With no strategy that evicts, the JSON says no eviction, as the setup line and the trace do.
   EXPECT_EQ(j["policy"], "none");
   EXPECT_EQ(j["budget"], 0);
+  EXPECT_EQ(j["sinks"], 0);
+  // What the runs were, to tell two files apart: the model, the seed, the threads, and
+  // the sequences holding blocks after each step (tutorial 8's "blocks a sequence").
+  EXPECT_EQ(j["model"], absolute_path(test::tiny_model("tiny-tied")));
+  EXPECT_EQ(j["seed"], 1);
+  EXPECT_GE(j["threads"].get<int>(), 1);
+  EXPECT_EQ(j["runs"][0]["holding"].size(), j["runs"][0]["running"].size());
   std::remove(json.c_str());
 }
 

@@ -165,10 +165,17 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
                     {"generated_tokens", r.stats.generated_tokens},
                     {"bytes_moved", r.stats.bytes_moved}, {"steps", r.stats.steps}, {"finished", r.finished},
                     {"seconds", r.seconds}, {"blocks_in_use", r.stats.blocks_in_use},
-                    {"peak_blocks", r.stats.peak_blocks}, {"running", r.stats.running}});
+                    {"peak_blocks", r.stats.peak_blocks}, {"running", r.stats.running},
+                    {"holding", r.stats.holding}});
   // The eviction settings as the runs used them: none when no strategy evicts.
   const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
-  return {{"blocks", a.blocks},
+  const bool random = !a.config.empty();
+  return {{random ? "config" : "model", absolute_path(random ? a.config : a.model_dir)},
+          {"layers", a.layers},
+          {"device", a.device},
+          {"threads", omp_get_max_threads()},  // as the runs had them (--threads, else every core)
+          {"seed", a.seed},
+          {"blocks", a.blocks},
           {"block_size", a.block_size},
           {"requests", a.requests},
           {"prompt_len", a.prompt_len},
@@ -177,6 +184,8 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
           {"policy", evicts ? a.policy : "none"},
           {"budget", evicts ? a.budget : 0},
           {"slack", evicts ? a.slack : 0},
+          {"sinks", evicts ? a.sinks : 0},
+          {"recent", evicts ? a.recent : 0},
           {"repeat", a.repeat},
           {"runs", rows}};
 }
