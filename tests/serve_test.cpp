@@ -254,6 +254,30 @@ std::vector<std::vector<int>> prompts(int n, int len) {
   return p;
 }
 
+// A sequence whose last token this step samples is released right after it: its due
+// round is skipped (once it evicted and compacted for nothing, and counted the bytes).
+// The scheduler passes them; serving stops paying a round in a request's last step.
+TEST(Batch, ASequenceThatFinishesInTheStepHasNoRound) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::Compact, "random", 12));  // a round at 12 + 6 live
+  const int a = e.add_sequence(), b = e.add_sequence();
+  e.step_batch({BatchItem{a, tokens(18, 1)}, BatchItem{b, tokens(18, 2)}}, /*finishing=*/{b});
+  EXPECT_EQ(e.stats(a).rounds, 1);
+  EXPECT_EQ(e.cache().sequence(a).live, 12);
+  EXPECT_EQ(e.stats(b).rounds, 0);
+  EXPECT_EQ(e.cache().sequence(b).live, 18);
+
+  // Through the scheduler: one request whose last step reaches a round moves no more
+  // bytes than one that stops a token short of it.
+  const auto moved = [&](int n) {
+    ServeStats st;
+    serve(m, config(MemoryStrategy::Compact, "random", 12), {tokens(17, 3)}, n, 32, &st);
+    return st.bytes_moved;
+  };
+  EXPECT_EQ(moved(1), 0u);  // 17 tokens: no round before the last step's 18th live token
+  EXPECT_EQ(moved(2), 0u);  // the prompt's step reaches 17 live, the next is its last: no round
+}
+
 TEST(Scheduler, PreemptedRequestsFinishWithTheSameGreedyOutput) {
   // No eviction. With room for all, nobody is preempted; with a pool that holds
   // two or three requests, the newest are preempted again and again and recompute

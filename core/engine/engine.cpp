@@ -90,7 +90,7 @@ const float* Engine::step(int seq, const int* tokens, int T) {
   return logits;
 }
 
-const float* Engine::step_batch(std::vector<BatchItem> items) {
+const float* Engine::step_batch(std::vector<BatchItem> items, const std::vector<int>& finishing) {
   if (batch_prob_sums_.size() < items.size()) batch_prob_sums_.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     BatchItem& it = items[i];
@@ -103,6 +103,7 @@ const float* Engine::step_batch(std::vector<BatchItem> items) {
   for (size_t i = 0; i < items.size(); ++i) check_logits_finite(logits + i * size_t(vocab), vocab, items[i].seq);
   for (size_t i = 0; i < items.size(); ++i) {
     const BatchItem& it = items[i];
+    if (std::find(finishing.begin(), finishing.end(), it.seq) != finishing.end()) continue;
     const int T = int(it.tokens.size());
     after_forward(it.seq, it.prob_sums ? T - it.sum_from : 0, batch_prob_sums_[i]);
   }

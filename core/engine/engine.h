@@ -71,8 +71,10 @@ class Engine {
   // [items, vocab], each item's last token's logits, valid until the next step.
   // Refused as a whole when the pool lacks the blocks for all of them together
   // (kvscope::PoolExhausted, nothing changes). Then, sequence by sequence, the policies
-  // observe and the eviction rounds that are due run, as after prefill and decode.
-  const float* step_batch(std::vector<BatchItem> items);
+  // observe and the eviction rounds that are due run, as after prefill and decode;
+  // not for the sequences in `finishing`, released right after this step: a round
+  // there would evict and compact for nothing.
+  const float* step_batch(std::vector<BatchItem> items, const std::vector<int>& finishing = {});
 
   SequenceStats stats(int seq) const;
   size_t bytes_moved() const { return bytes_moved_; }  // by compaction, every sequence, released ones too
