@@ -106,13 +106,14 @@ static void memory_each_path_holds(const ModelConfig& c) {
   std::printf("         + scores S [%d x %d] + max, sum 2 x [%d] + K, V tiles 2 x [%d x %d] = %s floats = %s,\n", rows,
               kTile, rows, kTile, hd, commas(flash_floats).c_str(), table_bytes(double(4 * flash_floats)).c_str());
   std::printf("         at any context length\n");
-  std::printf("  eager, per KV head: P [queries x context] + K, V copies 2 x [context x %d] + Q, O 2 x [queries x %d]\n",
-              hd, hd);
+  std::printf("  eager, per KV head: P [queries x context] + K, V copies 2 x [context x %d]"
+              " + Q, O 2 x [queries x %d]\n", hd, hd);
   std::printf("  %9s  %9s  %12s  %12s  %12s\n", "context", "queries", "P", "K, V copies", "total");
   for (int64_t ctx : {int64_t(4096), int64_t(16384), int64_t(40960)}) {
     for (int64_t T : {int64_t(1), int64_t(256), ctx}) {
       // P, the keys and values copied out of the paged cache, and the queries and their outputs.
-      const double p = 4.0 * double(T) * double(ctx), kv_copies = 4.0 * 2 * double(ctx) * hd, qo = 4.0 * 2 * double(T) * hd;
+      const double p = 4.0 * double(T) * double(ctx), kv_copies = 4.0 * 2 * double(ctx) * hd;
+      const double qo = 4.0 * 2 * double(T) * hd;
       std::printf("  %9s  %9s  %12s  %12s  %12s%s\n", commas(ctx).c_str(), commas(T).c_str(), table_bytes(p).c_str(),
                   table_bytes(kv_copies).c_str(), table_bytes(p + kv_copies + qo).c_str(), T == ctx ? "  (a whole prefill)" : "");
     }
