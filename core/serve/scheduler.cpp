@@ -136,12 +136,9 @@ bool Scheduler::step() {
   }
 
   const std::vector<int> ids = running_;  // finish() edits running_ below
-  std::vector<int> finishing;  // sequences whose last token this step samples: released, never evicted
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const Request& r = requests_[ids[i]];
-    if (r.fed + int(items[i].tokens.size()) == r.context() && int(r.output.size()) + 1 == r.max_new_tokens)
-      finishing.push_back(r.seq);
-  }
+  std::vector<int> finishing;  // released after this step: no eviction round for them
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (requests_[ids[i]].finishes_with(int(items[i].tokens.size()))) finishing.push_back(requests_[ids[i]].seq);
   const float* logits = engine_.step_batch(items, finishing);
   stats_.peak_blocks = std::max(stats_.peak_blocks, engine_.blocks_after_forward());
 

@@ -58,6 +58,9 @@ struct Request {
   bool finished = false;
 
   int context() const { return int(prompt.size() + output.size()); }
+  // Whether a step feeding it `T` more tokens samples its last output token: the step
+  // it finishes in (and is released after).
+  bool finishes_with(int T) const { return fed + T == context() && int(output.size()) + 1 == max_new_tokens; }
   int token(int i) const { return i < int(prompt.size()) ? prompt[i] : output[i - prompt.size()]; }
 };
 
