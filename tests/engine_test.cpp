@@ -233,6 +233,35 @@ TEST(Engine, StatsAreTheSequencesOwn) {
   EXPECT_EQ(e.cache().pool().num_used(), 7);
 }
 
+// The random policy of each sequence draws its own numbers, and not the ones the
+// sampler (seeded with the same --seed) draws the tokens with: two sequences with
+// the same prompt keep different tokens, and a copy of the factory replays them.
+TEST(RandomPolicy, EachSequenceDrawsItsOwnStreamApartFromTheSampler) {
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  const uint64_t seed = 7;
+  std::vector<int64_t> pos(200);
+  for (int64_t i = 0; i < 200; ++i) pos[size_t(i)] = i;
+  const ScoreContext ctx{pos, 200};
+  auto scores_of = [&](std::unique_ptr<EvictionPolicy> p) { return p->scores(ctx); };
+
+  PolicyFactory factory = policy_factory("random", seed, "", m.config);
+  const PolicyFactory replay = factory;  // a copy starts again at the first sequence
+  const std::vector<float> first = scores_of(factory()), second = scores_of(factory());
+  EXPECT_NE(first, second);
+  EXPECT_EQ(scores_of(PolicyFactory(replay)()), first);
+  EXPECT_NE(first, scores_of(make_policy("random", seed)));  // SplitMix64(seed): the sampler's stream
+
+  EngineConfig c = config_for(MemoryStrategy::Compact, "random", 16);
+  c.policy = factory;
+  Engine e(m, c);
+  const int a = e.add_sequence(), b = e.add_sequence();
+  e.prefill(a, tokens(30));
+  e.prefill(b, tokens(30));
+  ASSERT_EQ(e.stats(a).rounds, 1);
+  ASSERT_EQ(e.stats(b).rounds, 1);
+  EXPECT_NE(e.cache().live_positions(a), e.cache().live_positions(b));
+}
+
 TEST(Engine, AnExhaustedPoolRefusesTheStepAndLeavesOtherSequencesIntact) {
   Model m = load_model(test::tiny_model("tiny-tied"));
   Engine e(m, plain(3));

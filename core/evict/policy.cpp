@@ -81,6 +81,12 @@ std::unique_ptr<EvictionPolicy> make_policy(const std::string& name, uint64_t se
   throw Error("unknown eviction policy \"" + name + "\" (choose streaming, h2o, snapkv, triattention, random or oracle)");
 }
 
+uint64_t random_policy_seed(uint64_t seed, uint64_t k) {
+  SplitMix64 stream(seed ^ 0x52414E444F4D5053ull);  // "RANDOMPS": apart from the sampler's SplitMix64(seed)
+  stream.state += k * SplitMix64::kGamma;            // skip to the k-th number
+  return stream.next();
+}
+
 void check_budget_holds_the_window(const std::string& policy, const EvictionSchedule& s) {
   if (policy != "snapkv" || !s.enabled() || s.recent >= SnapKVPolicy::kWindow) return;
   if (s.budget < s.sinks + SnapKVPolicy::kWindow)
@@ -97,7 +103,7 @@ PolicyFactory policy_factory(const std::string& name, uint64_t seed, const std::
     return [cal] { return std::make_unique<TriAttentionPolicy>(cal); };
   }
   make_policy(name, seed);  // a bad name fails now, not at the first sequence
-  return [name, seed] { return make_policy(name, seed); };
+  return [name, seed, k = uint64_t(0)]() mutable { return make_policy(name, random_policy_seed(seed, k++)); };
 }
 
 }  // namespace kvscope

@@ -91,6 +91,10 @@ std::vector<int64_t> complement(const std::vector<int64_t>& pos, const std::vect
 // made by their own constructors; this factory makes the others.
 std::unique_ptr<EvictionPolicy> make_policy(const std::string& name, uint64_t seed);
 
+// The seed of the random policy of a factory's k-th sequence (k = 0, 1, ...): the
+// k-th number of a stream of its own, SplitMix64(seed ^ a constant).
+uint64_t random_policy_seed(uint64_t seed, uint64_t k);
+
 // SnapKV always keeps its observation window (the newest 32 tokens at least) as
 // every policy keeps the sinks and the recent tokens: kvscope::Error if the budget
 // is smaller than all of them, as validate() says for the sinks and recent alone.
@@ -98,6 +102,9 @@ void check_budget_holds_the_window(const std::string& policy, const EvictionSche
 
 // A maker of one policy object per sequence, for the engine. "triattention" reads
 // its calibration file (kvscope calibrate) once, checked against the model's config.
+// "random" gives each sequence its own stream, random_policy_seed(seed, k) for the
+// k-th policy this factory (this copy of it) makes: sequences draw apart from each
+// other and from the sampler, which is seeded with `seed` itself.
 using PolicyFactory = std::function<std::unique_ptr<EvictionPolicy>()>;
 PolicyFactory policy_factory(const std::string& name, uint64_t seed, const std::string& calibration_file,
                              const ModelConfig& config);

@@ -9,10 +9,11 @@
 namespace kvscope {
 
 struct SplitMix64 {
+  static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // what each number adds to the state
   uint64_t state;
   explicit SplitMix64(uint64_t seed) : state(seed) {}
   uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (state += kGamma);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
