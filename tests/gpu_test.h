@@ -53,9 +53,25 @@ inline ModelConfig attention_config(int layers, int heads, int kv_heads, int hea
   return c;
 }
 
+// A new sequence of a cache whose pool hands out its blocks in a shuffled order:
+// its table is not 0, 1, 2, ..., so a kernel that read the table's i-th block from
+// physical block i would fail (with an identity table, every kernel test passed it).
+inline int sequence_with_shuffled_blocks(PagedKvCache& cache, uint64_t seed) {
+  std::vector<int> holders;  // one sequence per block of the pool, each holding one token
+  for (int b = 0; b < cache.num_blocks(); ++b) {
+    holders.push_back(cache.add_sequence());
+    cache.append(holders.back());
+  }
+  SplitMix64 rng(seed);
+  for (size_t i = holders.size(); i > 1; --i) std::swap(holders[i - 1], holders[rng.next() % i]);  // Fisher-Yates
+  for (int h : holders) cache.release_sequence(h);  // the free queue now holds the blocks in that order
+  return cache.add_sequence();
+}
+
 // A sequence with holes and out-of-order slots: n tokens, a third evicted at
 // random, then `refill` more tokens that reuse holes (positions no longer follow
-// the table order). Random K/V in a CPU KvStorage, copied to the GPU.
+// the table order), in blocks taken from the pool in a shuffled order. Random K/V
+// in a CPU KvStorage, copied to the GPU.
 struct RandomPagedCache {
   ModelConfig c;
   PagedKvCache cache;
@@ -69,7 +85,7 @@ struct RandomPagedCache {
       : c(config),
         cache((n + refill) / block_size + 2, block_size, MemoryStrategy::ReuseHoles),
         kv(config, cache.num_blocks(), block_size),
-        seq(cache.add_sequence()) {
+        seq(sequence_with_shuffled_blocks(cache, seed + 3)) {
     for (int i = 0; i < n; ++i) cache.append(seq);
     std::vector<int64_t> drop;
     SplitMix64 rng(seed);
@@ -80,6 +96,8 @@ struct RandomPagedCache {
     kv.k = random_floats(kv.k.size(), seed + 1);
     kv.v = random_floats(kv.v.size(), seed + 2);
     refresh_table();
+    if (blocks.size() > 2 && std::is_sorted(blocks.begin(), blocks.end()))
+      ADD_FAILURE() << "RandomPagedCache: the blocks came in order; the table should be shuffled";
     poison_empty_slots();
     k.upload(kv.k);
     v.upload(kv.v);
