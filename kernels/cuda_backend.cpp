@@ -95,7 +95,7 @@ CudaBackend::CudaBackend(const Model& model, int num_blocks, int block_size)
 // Forward
 // ---------------------------------------------------------------------------
 
-// out = x W^T for n rows of x, by the decode GEMV (each weight read once for all n).
+// out = x W^T for n rows of x, by the decode GEMV (each weight read once for every 8 of them).
 void CudaBackend::gemv(float* out, const float* x, const DeviceMatrix& W, int n) {
   matvec(out, W.data, W.type, x, W.rows, W.cols, n);
 }

@@ -35,9 +35,11 @@ void add_inplace(float* x, const float* y, size_t n);
 void widen_bf16(float* out, const uint16_t* in, size_t n);
 
 // Decode: y = W x, the memory-bound matrix-vector product, for n vectors at once
-// (n sequences decoding together; each weight is read once for all of them).
+// (n sequences decoding together). One pass over W serves kMatvecVectors of them,
+// so W is read ceil(n / kMatvecVectors) times: once for up to 8 sequences.
 // CPU: matvec_f32_n / matvec_bf16_n in model/matvec.h.
 //   W: [rows, cols]   x: [n, cols]   y: [n, rows]                                    (matvec.cu)
+constexpr int kMatvecVectors = 8;
 void matvec(float* y, const void* W, WeightType type, const float* x, int rows, int cols, int n = 1);
 
 // Prefill: out = x W^T with cuBLAS in f32 (CPU: matmul in model/ops.h). bf16 W is widened

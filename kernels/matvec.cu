@@ -30,7 +30,7 @@
 namespace kvscope::cuda {
 
 constexpr int kRowsPerBlock = 8;  // 8 warps = 256 threads per block, one row each
-constexpr int kMaxVectors = 8;    // vectors per launch: one running sum each, per lane
+constexpr int kMaxVectors = kMatvecVectors;  // vectors per launch: one running sum each, per lane
 
 // The bf16 weights packed in one 32-bit word: the low half is the first (little-endian).
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }

@@ -9,8 +9,9 @@
 //
 // With --sequences 1,8,32 the same is done for that many sequences decoding
 // together, one batched step (Engine::step_batch, as the server runs) per token
-// of each: the weights are read once per step for all of them, so the limit in
-// tokens/s grows with the batch until the K/V reads dominate.
+// of each: the decode GEMV reads the weights once for every 8 of them
+// (cuda::kMatvecVectors), so the limit in tokens/s grows with the batch up to 8
+// sequences and then grows only as far as fewer passes per sequence allow.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,6 +56,14 @@ void check_positions(const GpuDecodeBenchArgs& a) {
 }
 
 #ifdef KVSCOPE_HAVE_CUDA
+// Passes of the decode GEMV over each weight matrix in a step of n sequences.
+int matvec_passes(int n) { return (n + cuda::kMatvecVectors - 1) / cuda::kMatvecVectors; }
+
+// A decode step's kernel launches per layer at n sequences: 7 GEMVs (q, k, v, o,
+// gate, up, down) a pass, and 12 others (4 RMSNorms: input, q, k, post-attention;
+// RoPE on q and on k; the K/V write; 2 for attention; SwiGLU; 2 residual adds).
+int launches_per_layer(int n) { return 7 * matvec_passes(n) + 12; }
+
 struct DecodeRun {
   double prefill_seconds = 0, decode_seconds = 0;
 };
@@ -130,9 +139,9 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
       std::fprintf(stderr, "%s, %d sequences: prefill %d tokens each, decode %d tokens each...\n", wf.c_str(), n,
                    a.prompt_tokens, a.decode_tokens);
       const DecodeRun r = run_decode(model, a, n);
-      // Per step: every weight matrix once, and each sequence's K/V at its average context.
+      // Per step: every weight matrix once a GEMV pass, and each sequence's K/V at its average context.
       const double kv_bytes = 2.0 * config.num_layers * config.kv_dim() * 4 * (a.prompt_tokens + a.decode_tokens / 2.0);
-      const double bytes = double(model.weights.decode_bytes()) + n * kv_bytes;
+      const double bytes = double(model.weights.decode_bytes()) * matvec_passes(n) + n * kv_bytes;
       const double tps = double(n) * a.decode_tokens / r.decode_seconds, limit = n * gpu.peak_bandwidth() / bytes;
       const std::string limit_text = limit > 0 ? std::to_string(std::lround(limit)) : "n/a";
       std::printf("| %s | %d | %.0f | %.1f | %.3f | %s | %s |\n", wf.c_str(), n,
@@ -141,13 +150,17 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
     }
   }
   const int most = *std::max_element(a.sequences.begin(), a.sequences.end());
-  std::printf("\nGB read per step = the weight matrices (lm_head once; of an untied embedding, one row)\n"
+  std::printf("\nGB read per step = the weight matrices (lm_head once; of an untied embedding, one row) once for\n"
+              "every %d sequences (one pass of the decode GEMV serves %d: %d passes at %d sequences, each counted\n"
+              "as read from memory, though a layer's matrix may come from L2 the second time)\n"
               "+ each sequence's K/V at the average context.\n"
-              "Each step is 19 kernel launches per layer (2 of them attention, for all the sequences together)\n"
-              "and small host-to-device copies, launched one by one (no CUDA graphs): for a model this small,\n"
-              "launch gaps rather than bandwidth can set the pace. Each step also copies every sequence's logits\n"
-              "to the host, where sampling and the policies run: %.1f MB a step at %d sequences, not in the limit.\n",
-              double(most) * config.vocab_size * sizeof(float) / 1e6, most);
+              "Each step is %d kernel launches per layer (%d at %d sequences: 7 GEMVs a pass, 2 of them attention,\n"
+              "for all the sequences together) and small host-to-device copies, launched one by one (no CUDA\n"
+              "graphs): for a model this small, launch gaps rather than bandwidth can set the pace. Each step also\n"
+              "copies every sequence's logits to the host, where sampling and the policies run: %.1f MB a step at\n"
+              "%d sequences, not in the limit.\n",
+              cuda::kMatvecVectors, cuda::kMatvecVectors, matvec_passes(most), most, launches_per_layer(1),
+              launches_per_layer(most), most, double(most) * config.vocab_size * sizeof(float) / 1e6, most);
 }
 #endif
 
