@@ -31,6 +31,10 @@ std::vector<GpuInfo> list_gpus(std::string& why) {
       cudaGetLastError();
       g.memory_clock_khz = g.memory_bus_bits = 0;
     }
+    if (cudaDeviceGetAttribute(&g.l2_bytes, cudaDevAttrL2CacheSize, i) != cudaSuccess) {
+      cudaGetLastError();
+      g.l2_bytes = 0;
+    }
     gpus.push_back(g);
   }
   return gpus;

@@ -14,6 +14,7 @@ struct GpuInfo {
   size_t memory_bytes = 0;
   int memory_clock_khz = 0;   // peak memory clock
   int memory_bus_bits = 0;    // memory bus width
+  int l2_bytes = 0;           // L2 cache size (0: not reported)
 
   // Peak DRAM bandwidth in bytes/s: two transfers per clock (DDR) over the bus;
   // 0 when the driver reports no memory clock or bus width (then "n/a" in the tables).
@@ -26,6 +27,9 @@ struct GpuInfo {
                   memory_clock_khz / 1e3, memory_bus_bits);
     return s;
   }
+  // Whether `bytes` fit in the L2 cache: read again and again, they may come from
+  // there rather than from DRAM. False when the size is unknown.
+  bool fits_in_l2(double bytes) const { return l2_bytes > 0 && bytes <= l2_bytes; }
 };
 
 // The GPUs present. With no driver or no device, an empty list and `why`

@@ -119,13 +119,16 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
         cuda::paged_attention(out.get(), q.get(), q_pos.get(), 1, layer.kv, heads, workspace.get());
       });
       const double bytes = 2.0 * layer.live * kv_dim * sizeof(float);  // K and V rows, every KV head
+      const std::string of_peak = percent_of(bytes / s, gpu.peak_bandwidth()) + (gpu.fits_in_l2(bytes) ? " (in L2)" : "");
       std::printf("| %d | %s | %d | %d | %.1f us | %.0f | %s |\n", n, evict > 0 ? "50% evicted" : "none", layer.live,
-                  layer.kv.table_slots, 1e6 * s, bytes / s / 1e9, percent_of(bytes / s, gpu.peak_bandwidth()).c_str());
+                  layer.kv.table_slots, 1e6 * s, bytes / s / 1e9, of_peak.c_str());
     }
   }
   std::printf("\nGB/s = bytes of the live K and V rows (%d floats each) / time: what decode must read. Holes are\n"
               "skipped before K is read; their table entries still cost a position read. Time per call, best of 3\n"
-              "runs of %d back-to-back calls (CUDA events, launches included).\n", kv_dim, a.calls);
+              "runs of %d back-to-back calls (CUDA events, launches included). \"(in L2)\": the live K/V fits in\n"
+              "the card's L2 cache, where back-to-back calls can find it, so that row measures L2 and launches,\n"
+              "not DRAM; the peak is DRAM's.\n", kv_dim, a.calls);
 
   std::printf("\n### Eager versus flash: time and memory beyond the cache (full table)\n\n");
   std::printf("| context | queries | flash time | eager time | eager / flash | flash extra memory | eager extra memory | max abs(flash - eager) |\n");

@@ -125,7 +125,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
-  *value = attr == cudaDevAttrMemoryClockRate ? 1000000 : 64;  // kHz, bits: a made-up 16 GB/s
+  // kHz, bits: a made-up 16 GB/s; a made-up L2 of 32 MiB
+  *value = attr == cudaDevAttrMemoryClockRate ? 1000000 : attr == cudaDevAttrL2CacheSize ? 32 << 20 : 64;
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError() { return std::exchange(last_error, cudaSuccess); }
