@@ -39,6 +39,17 @@ TEST(BenchText, PeakBandwidthShowsItsInputsOrSaysItIsUnknown) {
   EXPECT_EQ(silent.peak_bandwidth(), 0);
   EXPECT_EQ(silent.peak_text(), "peak memory bandwidth unknown (the driver reports no memory clock or bus width)");
 }
+
+// bench gpu-attention marks a row "(in L2)" by this: never when the size is unknown.
+TEST(BenchText, FitsInL2OnlyWhenTheSizeIsKnownAndHoldsIt) {
+  cuda::GpuInfo h100;
+  h100.l2_bytes = 50 << 20;
+  EXPECT_TRUE(h100.fits_in_l2(8.4e6));   // decode at 1K tokens: 8.4 MB of K/V
+  EXPECT_TRUE(h100.fits_in_l2(50 << 20));
+  EXPECT_FALSE(h100.fits_in_l2((50 << 20) + 1));
+  EXPECT_FALSE(h100.fits_in_l2(134e6));  // 16K tokens
+  EXPECT_FALSE(cuda::GpuInfo{}.fits_in_l2(1));
+}
 #endif
 
 }  // namespace
