@@ -153,7 +153,8 @@ bool same_work(const ServeRun& x, const ServeRun& y) {
   const ServeStats &a = x.stats, &b = y.stats;
   return a.steps == b.steps && a.peak_running == b.peak_running && a.preemptions == b.preemptions &&
          a.recomputed_tokens == b.recomputed_tokens && a.generated_tokens == b.generated_tokens &&
-         a.bytes_moved == b.bytes_moved && a.blocks_in_use == b.blocks_in_use && x.finished == y.finished;
+         a.bytes_moved == b.bytes_moved && a.blocks_in_use == b.blocks_in_use && a.peak_blocks == b.peak_blocks &&
+         a.running == b.running && a.holding == b.holding && x.finished == y.finished;
 }
 
 nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
@@ -316,6 +317,7 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
   const bool bar = isatty(STDERR_FILENO);  // a progress bar for people, not for logs
   std::vector<ServeRun> runs;                                   // [strategy]: the first run's
   std::vector<std::vector<double>> seconds(a.strategies.size());  // [strategy][repeat]
+  if (!prompts.empty()) warm_up(model, evicting, prompts.front());  // untimed
   for (int r = 0; r < a.repeat; ++r)
     for (size_t i = 0; i < a.strategies.size(); ++i) {
       const std::string& strategy = a.strategies[i];
@@ -352,7 +354,7 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
       if (r == 0) runs.push_back(std::move(run));
       else if (!same_work(run, runs[i]))
         throw Error("serve-bench: run " + std::to_string(r + 1) + " of " + strategy +
-                    " did different work from run 1 (steps, preemptions or blocks); the scheduler is not deterministic");
+                    " did different work from run 1 (steps, batches, preemptions or blocks); the scheduler is not deterministic");
     }
   for (size_t i = 0; i < runs.size(); ++i) runs[i].seconds = median(seconds[i]);
   return runs;
@@ -363,8 +365,9 @@ void print_results(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   std::fputs(markdown_table(runs).c_str(), stdout);
   const std::string timed = a.repeat == 1 ? "one run of each strategy"
                                            : "the median of " + plural(a.repeat, "run") + " of each strategy, taken in turn";
-  std::printf("\ntokens/s counts generated tokens over the wall time of the run (%s); blocks in use are counted "
-              "after every step, their peak within a step (after its writes, before its evictions and releases); recomputed tokens went through the model again after a preemption.\n",
+  std::printf("\ntokens/s counts generated tokens over the wall time of the run (%s, after an untimed warm-up step); "
+              "blocks in use are counted after every step, their peak within a step (after its writes, before its "
+              "evictions and releases); recomputed tokens went through the model again after a preemption.\n",
               timed.c_str());
   // Said from the engines that ran, not from --device: a fall-back to the CPU would show.
   if (!runs.empty() && runs[0].backend != "cpu") std::printf("the model ran on the %s backend\n", runs[0].backend.c_str());

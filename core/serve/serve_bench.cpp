@@ -29,6 +29,17 @@ EngineConfig engine_for_strategy(const std::string& strategy, const EngineConfig
   return c;
 }
 
+void warm_up(const Model& model, const EngineConfig& evicting, const std::vector<int>& prompt) {
+  if (prompt.empty()) return;
+  const std::vector<int> start(prompt.begin(), prompt.begin() + std::min<size_t>(prompt.size(), 16));
+  EngineConfig c = engine_for_strategy("none", evicting);
+  c.num_blocks = int(blocks_for_tokens(int64_t(start.size()) + 1, c.block_size));
+  Engine engine(model, c);
+  const int seq = engine.add_sequence();
+  engine.prefill(seq, start);
+  engine.step_batch({BatchItem{seq, {start[0]}}});
+}
+
 ServeRun serve_requests(const Model& model, const std::string& strategy, const EngineConfig& evicting,
                         const ServeConfig& serve, const std::vector<std::vector<int>>& prompts, int new_tokens,
                         const std::function<void(int, int)>& progress, EventLog* events,

@@ -35,6 +35,12 @@ struct ServeRun {
 // an unknown name.
 EngineConfig engine_for_strategy(const std::string& strategy, const EngineConfig& evicting);
 
+// One short prefill and one batched decode step on a throwaway engine with
+// `evicting`'s backend, untimed: the first timed run would otherwise pay for
+// starting the CPU threads and, on a GPU, for loading each kernel at its first launch
+// (those only an eviction round runs still load in the first run that evicts).
+void warm_up(const Model& model, const EngineConfig& evicting, const std::vector<int>& prompt);
+
 // Runs every prompt for `new_tokens` greedy tokens through a fresh engine and
 // scheduler. `progress(finished, total)` is called after every step when set;
 // `events` (when set) receives every cache event, each with its sequence id.
