@@ -6,6 +6,7 @@
 // K/V in a paged cache), this times both paths for one decode query and for a
 // chunk of queries at the end of the context, and measures the extra memory each
 // takes while it runs (peak resident memory above the resident memory before).
+#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -37,20 +38,45 @@ struct AttentionBenchArgs {
 };
 
 struct Timing {
-  double seconds = 0;      // best of the repeats
+  double seconds = 0;      // best of the timed calls
   double extra_bytes = 0;  // peak memory above the memory before the call
 };
 
+// How glibc's malloc treats memory a call frees. Its defaults hand large blocks
+// back to the system (munmap, or a trim of the heap's top) and the next call
+// page-faults them in again, zeroed, so the time of a call depended on what the
+// process had allocated before: 1024 tokens measured first took eager 7x flash's
+// time, measured after 4096 tokens 0.9x. Each measurement therefore runs in two phases:
+//   Faults    every block over 128 KiB is mapped on demand and unmapped when freed (glibc's
+//             defaults, made fixed): the peak memory a call adds is what it allocates.
+//   Keeps     freed memory stays in the process (blocks up to 32 MiB, glibc's largest
+//             such threshold, from the heap; no trim under 1 GiB): after warm-up calls,
+//             a call's time is attention's, not the page faults of its allocations.
+enum class MallocPhase { Faults, Keeps };
+void set_malloc(MallocPhase phase) {
+  const bool keeps = phase == MallocPhase::Keeps;
+  mallopt(M_MMAP_THRESHOLD, keeps ? 32 << 20 : 128 << 10);
+  mallopt(M_TRIM_THRESHOLD, keeps ? 1 << 30 : 128 << 10);
+}
+
+// The most extra memory of a call in the Faults phase, then the best time of
+// `repeats` calls in the Keeps phase, after untimed ones (at least 3, and 50 ms).
 template <class Fn>
 Timing measure(int repeats, Fn&& fn) {
   Timing t{1e30, 0};
+  set_malloc(MallocPhase::Faults);
+  const double before = current_memory_bytes();
+  reset_peak_memory();
+  fn();
+  t.extra_bytes = peak_memory_bytes() - before;
+
+  set_malloc(MallocPhase::Keeps);
+  const double warm_up_start = now_seconds();
+  for (int r = 0; r < 3 || now_seconds() - warm_up_start < 0.05; ++r) fn();
   for (int r = 0; r < repeats; ++r) {
-    const double before = current_memory_bytes();
-    reset_peak_memory();
     const double t0 = now_seconds();
     fn();
     t.seconds = std::min(t.seconds, now_seconds() - t0);
-    t.extra_bytes = std::max(t.extra_bytes, peak_memory_bytes() - before);
   }
   return t;
 }
@@ -114,9 +140,13 @@ void run_attention_bench(const AttentionBenchArgs& a) {
                   double(diff));
     }
   }
-  std::printf("\nextra memory = peak resident memory during the call minus resident memory before it (whole process;\n"
-              "page granularity, so small working sets read as 0). Eager holds P = softmax(Q K^T) for one head per\n"
-              "thread, [queries x context] floats, plus a contiguous copy of one KV head's keys and values.\n");
+  std::printf("\ntime = the best of %s, after at least 3 untimed ones (and 50 ms of them), with freed memory\n"
+              "kept in the process (mallopt), so no call page-faults in what the one before it freed.\n"
+              "extra memory = peak resident memory during one call minus resident memory before it, with every\n"
+              "block over 128 KiB mapped fresh (whole process; page granularity, so small working sets read as 0).\n"
+              "Eager holds P = softmax(Q K^T) for one head per thread, [queries x context] floats, plus a contiguous\n"
+              "copy of one KV head's keys and values.\n",
+              plural(a.repeats, "call").c_str());
 }
 
 }  // namespace
