@@ -122,8 +122,10 @@ void print_decode_table(const std::vector<Row>& rows, int prompt_tokens, double 
                   rows[i].weights + ")";
   std::printf("\nlimit = DRAM read bandwidth / bytes of the weights a decode step reads. Decode runs at a %d-%d token\n"
               "context, where the K/V cache adds %s to the bytes read per token\n"
-              "(in the GB column, not in the limit).\n",
-              context_from, context_to, kv_share.c_str());
+              "(in the GB column, not in the limit).\n"
+              "Timed once each, by the wall clock: prefill, the whole prompt into a fresh cache; decode, all %d steps\n"
+              "after an untimed prefill of %d tokens.\n",
+              context_from, context_to, kv_share.c_str(), context_to - context_from, context_from);
 }
 
 void run_bench(const BenchArgs& a) {
