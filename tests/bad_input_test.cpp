@@ -35,10 +35,11 @@ struct ProgramRun {
 };
 
 // Runs `kvscope ARGS` through the shell (so ARGS may hold $(printf ...)), its
-// stderr kept apart in a file.
-ProgramRun run_kvscope(const std::string& args) {
+// stderr kept apart in a file; `env` ("NAME=value ") goes before the program.
+ProgramRun run_kvscope(const std::string& args, const std::string& env = "") {
   const std::string err_path = test::binary_path("bad_input_stderr_" + std::to_string(::getpid()));
-  const test::ProgramRun run = test::run_shell(test::binary_path("kvscope") + " " + args + " 2>'" + err_path + "'");
+  const test::ProgramRun run =
+      test::run_shell(env + test::binary_path("kvscope") + " " + args + " 2>'" + err_path + "'");
   ProgramRun r{run.code, run.output, read_file(err_path)};
   std::remove(err_path.c_str());
   return r;
@@ -629,6 +630,26 @@ TEST(BadInput, MoreThreadsThanTheMachineHasIsAWarning) {
                         "--threads 100000 is more than 1024, the most kvscope starts (there are ");
   expect_one_line_error("heads --length 64 --windows 1 --threads 1025", "--threads 1025 is more than 1024");
   expect_one_line_error("bench decode --threads 1,2147483647", "--threads 2147483647 is more than 1024");
+}
+
+// Without --threads (or with --threads 0) OpenMP starts OMP_NUM_THREADS threads: the
+// same limit and warning, named so. OMP_NUM_THREADS=100000 crashed generate inside
+// libgomp (SIGSEGV), and bench attention and simulate, which have no --threads, too.
+TEST(BadInput, OmpNumThreadsMeetsTheSameLimitAsThreads) {
+  const std::string huge = "OMP_NUM_THREADS=100000 ";
+  for (const std::string& command : {kTiny + "--prompt hi -n 2", std::string("simulate --tokens 100")}) {
+    const ProgramRun r = run_kvscope(command, huge);
+    EXPECT_EQ(r.code, 1) << command;
+    EXPECT_EQ(r.err, "kvscope: error: OMP_NUM_THREADS=100000 is more than 1024, the most kvscope starts (there are " +
+                         std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " hardware threads here)\n");
+  }
+  // An explicit --threads still needs a sane environment: the check comes first.
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 1", huge).code, 1);
+  EXPECT_EQ(run_kvscope("--help", huge).code, 0);  // help starts no thread
+  const std::string over = std::to_string(sysconf(_SC_NPROCESSORS_CONF) + 1);
+  const ProgramRun warned = run_kvscope(kTiny + "--prompt hi -n 2", "OMP_NUM_THREADS=" + over + " ");
+  EXPECT_EQ(warned.code, 0) << warned.err;
+  EXPECT_EQ(warned.err.rfind("kvscope: warning: OMP_NUM_THREADS=" + over + " is more than the ", 0), 0u) << warned.err;
 }
 
 // bench decode measures a list of thread counts: the same warning for the largest. And

@@ -36,6 +36,7 @@
 #include "util/error.h"
 #include "util/file.h"
 #include "util/format.h"
+#include "util/threads.h"
 
 namespace kvscope::viz {
 
@@ -586,6 +587,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     fail(kvscope::cli::parse_error_text(e, cli) + " (--help lists the options)");
+  } catch (const kvscope::Error& e) {
+    fail(e.what());
+  }
+  try {  // the threads the model scenarios' parallel loops start
+    const std::string warning = kvscope::check_openmp_default();
+    if (!warning.empty()) std::fprintf(stderr, "kvscope-viz: warning: %s\n", warning.c_str());
   } catch (const kvscope::Error& e) {
     fail(e.what());
   }

@@ -124,7 +124,9 @@ void add_calibrate_command(CLI::App& app) {
                   "Tokens per fresh sequence (0 = min(1024, max_position_embeddings)); the longest context seen")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->callback([args] { run_calibrate(*args); });
 }
 

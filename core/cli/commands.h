@@ -12,6 +12,7 @@
 #include "model/backend.h"
 #include "util/error.h"
 #include "util/file.h"  // check_outputs_apart, NamedPath
+#include "util/threads.h"  // kMaxThreads, check_thread_count
 
 namespace kvscope::cli {
 
@@ -66,11 +67,11 @@ std::string calibration_file(const std::string& calibration, const std::string& 
 // asked for: "(--windows 3 asked for more: only 1 document of the text is long enough)".
 std::string fewer_windows_note(int asked, int found);
 
-// --threads N: the OpenMP threads for matmuls and attention (0 = all cores).
+// --threads N: the OpenMP threads for matmuls and attention (0 = OpenMP's default:
+// OMP_NUM_THREADS when set, else all cores; main checked it, check_openmp_default).
 void set_threads(int threads);
 // kvscope::Error when `threads` is over kMaxThreads; a warning on stderr when it is
 // more than this machine's hardware threads (the extra ones take turns).
-constexpr int kMaxThreads = 1024;
 void check_threads(int threads);
 
 // The calibration a run reads, named for check_outputs_apart: ("--calibration", the

@@ -135,7 +135,9 @@ void add_eval_command(CLI::App& app) {
                           ->check(kNonNegative);
   cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
   cmd->add_option("--json", args->json, "Also write the numbers to this JSON file")->check(kFileName);
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->callback([args, seed] {
     const std::vector<std::string>& policies = args->settings.policies;
     if (seed->count() > 0 && std::find(policies.begin(), policies.end(), "random") == policies.end())

@@ -323,7 +323,9 @@ void add_generate_command(CLI::App& app) {
       "--seed", args->seed, "Random seed of sampling and of --policy random: the same seed gives the same text")
       ->capture_default_str()
       ->check(kNonNegative);  // -1 is not "a random seed" here: it would wrap to 2^64 - 1
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->add_option("--weights", args->weights, "Hold matrices as stored, or convert to f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"stored", "f32", "bf16"}));

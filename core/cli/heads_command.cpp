@@ -109,7 +109,9 @@ void add_heads_command(CLI::App& app) {
   cmd->add_option("--recent", s.recent, "How many newest tokens count as local")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--threads", args->threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->callback([args] { run_heads(*args); });
 }
 

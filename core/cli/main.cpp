@@ -63,14 +63,8 @@ std::string fewer_windows_note(int asked, int found) {
 }
 
 void check_threads(int threads) {
-  const int cores = omp_get_num_procs();  // hardware threads this process may use
-  // A team of 100,000 crashed inside libgomp (SIGSEGV creating it); 1,024 runs, slowly.
-  if (threads > kMaxThreads)
-    throw Error("--threads " + std::to_string(threads) + " is more than " + std::to_string(kMaxThreads) +
-                ", the most kvscope starts (there are " + std::to_string(cores) + " hardware threads here)");
-  if (threads > cores)
-    print_warnings({"--threads " + std::to_string(threads) + " is more than the " + std::to_string(cores) +
-                    " hardware threads here: the extra threads take turns and slow the run"});
+  const std::string warning = check_thread_count(threads, "--threads " + std::to_string(threads));
+  if (!warning.empty()) print_warnings({warning});
 }
 
 void set_threads(int threads) {
@@ -145,6 +139,11 @@ int main(int argc, char** argv) {
   kvscope::cli::add_heads_command(app);
   kvscope::cli::add_simulate_command(app);
   kvscope::cli::add_serve_bench_command(app);
+  // Once the command line parsed (not for --help), before any command runs.
+  app.parse_complete_callback([] {
+    const std::string warning = kvscope::check_openmp_default();
+    if (!warning.empty()) kvscope::cli::print_warnings({warning});
+  });
   try {
     kvscope::cli::check_option_values(app, argc, argv);
     app.parse(argc, argv);

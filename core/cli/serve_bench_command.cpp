@@ -484,7 +484,9 @@ void add_serve_bench_command(CLI::App& app) {
       "Seed of the random policy, and of random prompts and weights (refused unless --policy random or --config)")
                           ->capture_default_str()
                           ->check(kNonNegative);
-  cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--threads", a.threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   cmd->add_option("--device", a.device, "Where the model runs: cpu, or cuda (the first CUDA GPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
