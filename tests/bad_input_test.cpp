@@ -696,6 +696,11 @@ TEST(BadInput, AnOutputThatWouldDestroyAFileIsRefused) {
   expect_one_line_error("calibrate --model '" + model + "' --text '" + text + "' --out '" + text + "'",
                         "--out " + text + " is --text, which this run reads");
   EXPECT_EQ(read_file(text), "some text to calibrate on\n");
+  const std::string config = (dir / "config.json").string();  // simulate --trace over its --config wrote a trace there
+  fs::copy_file(model + "/config.json", config);
+  expect_one_line_error("simulate --tokens 100 --strategy holes --config '" + config + "' --trace '" + config + "'",
+                        "--trace " + config + " is --config, which this run reads");
+  EXPECT_EQ(read_file(config), read_file(model + "/config.json"));
   // The model folder's calibration, which generate, eval and serve-bench read when no
   // --calibration is given (the check happens before it is read: any content will do).
   const std::string calibration = model + "/triattention-calibration.json";

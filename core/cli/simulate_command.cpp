@@ -287,6 +287,7 @@ void print_law(const SimulationConfig& c) {
 
 void run_simulate(const SimulateArgs& a) {
   check_args(a);
+  check_outputs_apart({{"--trace", a.trace}}, {{"--config", a.config}});
   if (!a.trace.empty()) check_writable(a.trace);  // before the run, not after it
   const SimulationConfig base = base_config(a);
   const std::vector<MemoryStrategy> which = strategies(a.strategy);
