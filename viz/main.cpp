@@ -68,9 +68,10 @@ struct Args {
   std::string mouse;  // screenshot: "X,Y" where the mouse points (tooltips, highlights)
 };
 
-[[noreturn]] void fail(const std::string& message, int code = 1) {
+// Every failure: one line on stderr and exit code 1.
+[[noreturn]] void fail(const std::string& message) {
   std::fprintf(stderr, "kvscope-viz: error: %s\n", message.c_str());
-  std::exit(code);
+  std::exit(1);
 }
 
 void parse_size(const std::string& s, int& w, int& h) {
@@ -299,7 +300,7 @@ void say_window(const Args& a, GLFWwindow* window, bool maximised) {
 GLFWwindow* open_window(App& app, const Args& a, int& width, int& height, bool headless) {
   glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
   if (!glfwInit())
-    fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`", 2);
+    fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`");
   set_ui_scale(a.scale > 0 ? a.scale : headless ? 1.0f : monitor_scale());
   const bool maximised = !headless && !a.size_given && window_size_for_screen(width, height);
   if (maximised) glfwWindowHint(GLFW_MAXIMIZED, GLFW_TRUE);
@@ -318,7 +319,7 @@ GLFWwindow* open_window(App& app, const Args& a, int& width, int& height, bool h
     window = glfwCreateWindow(headless ? 64 : width, headless ? 64 : height, title.c_str(), nullptr, nullptr);
     glsl = "#version 130";
   }
-  if (!window) fail("cannot create an OpenGL 3 window", 2);
+  if (!window) fail("cannot create an OpenGL 3 window");
   if (!headless) say_window(a, window, maximised);
   glfwMakeContextCurrent(window);
   glfwSwapInterval(1);
@@ -472,13 +473,18 @@ int run(const Args& a) {
   if (headless) check_used_by_the_screenshot(a);
   if (!headless && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY"))
     fail("no display (DISPLAY is not set): write a picture with --screenshot FILE.png (under `xvfb-run -a "
-         "kvscope-viz --screenshot FILE.png ...`), or run the window under xvfb-run or on a desktop",
-         2);
+         "kvscope-viz --screenshot FILE.png ...`), or run the window under xvfb-run or on a desktop");
 
   const ModelSource model = model_source(a);
   App app(model);
   if (!a.traces.empty()) {
     app.load_traces(a.traces);  // kvscope::Error naming the file
+    if (headless) {  // the tokenizer a trace's header led to is read too: no picture over it
+      std::vector<NamedPath> read;
+      for (const auto& run : app.recording.runs)
+        read.emplace_back("the tokenizer of the trace's model", run->tokenizer_json);
+      check_outputs_apart({{"--screenshot", a.screenshot}}, read);
+    }
   } else {
     const Scenario& scenario = choose_scenario(a, model);
     try {

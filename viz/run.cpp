@@ -70,6 +70,7 @@ void read_token_text(Run& run, const std::string& path) {
     }
   }
   run.text_note = "token text from " + tokenizer_json;
+  run.tokenizer_json = tokenizer_json;
 }
 
 }  // namespace
