@@ -4,6 +4,8 @@
 // copying tests/models/tiny-tied and breaking one thing in it.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -270,6 +272,20 @@ TEST_F(BrokenCheckpoint, WeightsAreADirectory) {  // once "no model.safetensors 
   fs::remove(weights());
   fs::create_directory(weights());
   expect_error(weights(), "is a directory, not a file");
+}
+
+// A named pipe in place of the weights, or of a shard the index names, is refused by
+// name: the shard once hung the run (opening a pipe waits for a writer), and the
+// single file was said to be missing.
+TEST_F(BrokenCheckpoint, WeightsThatAreAPipeAreRefused) {
+  fs::remove(weights());
+  ASSERT_EQ(mkfifo(weights().c_str(), 0600), 0);
+  expect_error(weights(), "not a regular file");
+  make_copy("tiny-bf16-sharded");
+  const fs::path shard = dir_ / "model-00002-of-00002.safetensors";
+  fs::remove(shard);
+  ASSERT_EQ(mkfifo(shard.c_str(), 0600), 0);
+  expect_error(shard, "not a regular file");
 }
 
 // The tokenizer is read before the weights, which may take minutes to load: its

@@ -2,6 +2,7 @@
 // reading a checkpoint in place (MappedFile).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -111,6 +112,11 @@ TEST(MappedFile, MapsOnlyARegularFile) {
     }
   }
   const fs::path dir = fresh_dir("kvscope-mapped-empty");
+  // A named pipe too, refused at once: opening it once waited for a writer (a model
+  // whose shard was a FIFO hung), so this test would hang without O_NONBLOCK.
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THROW({ MappedFile m(fifo); }, Error);
   write_text(dir / "empty", "");
   const MappedFile empty((dir / "empty").string());  // mmap of 0 bytes would fail: nothing is mapped
   EXPECT_EQ(empty.size(), 0u);

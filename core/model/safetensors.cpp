@@ -129,8 +129,11 @@ Checkpoint::Checkpoint(const std::string& model_dir) : dir_(model_dir) {
   std::map<std::string, std::string> weight_map;  // tensor -> file, from the index
   const std::string index = model_dir + "/model.safetensors.index.json";
   const std::string single = model_dir + "/model.safetensors";
-  check_not_a_directory(index);  // else "no model.safetensors", which would not say why
-  check_not_a_directory(single);
+  for (const std::string& path : {index, single})  // else "no model.safetensors", which would not say why
+    if (path_exists(path) && !file_exists(path)) {
+      check_not_a_directory(path);
+      throw file_error(path, "not a regular file");
+    }
   if (file_exists(index)) {
     json j = json::parse(read_file(index), nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())

@@ -129,7 +129,9 @@ void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<Name
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: opening a named pipe would wait for a writer (a shard that is a FIFO
+  // hung the run); it is refused below, like any file that is not a regular one.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw file_error(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
