@@ -998,8 +998,16 @@ TEST_F(ReplayErrors, WritingWhereTheSequenceOwnsNothing) {
   expect_replay_error({write(0, 2, 0, 0)}, "block 2 is free");
 }
 
-TEST_F(ReplayErrors, PositionsOnlyGrow) {
-  expect_replay_error({alloc(0, 0), write(0, 0, 0, 5), write(0, 0, 1, 5)}, "positions only grow");
+// A trace of positions 0 and 10^9 replayed into tables 10^9 long (8 GB, 100 s) in the app.
+TEST_F(ReplayErrors, PositionsAreWrittenOneAfterAnother) {
+  expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), write(0, 0, 1, 0)},
+                      "position written after position 0 (a sequence's positions are written 0, 1, 2, ... one after "
+                      "another)");
+  expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), write(0, 0, 1, 1000000000)}, "after position 0");
+  expect_replay_error({alloc(0, 0), write(0, 0, 0, 5)}, "position written after none");
+  expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), write(0, 0, 1, 1), alloc(1, 1), write(1, 1, 0, 0),
+                       write(0, 0, 2, 3)},
+                      "after position 1");
 }
 
 TEST_F(ReplayErrors, EvictingTheWrongToken) {

@@ -847,9 +847,13 @@ std::string trace_refusal(const std::map<std::string, std::string>& meta) {
   return what.rfind(path + ": ", 0) == 0 ? what.substr(path.size() + 2) : what;
 }
 
-// A trace's bytes_per_token must be a byte count: a negative one is refused, as text is.
-TEST(VizTrace, ANegativeBytesPerTokenIsRefused) {
+// A trace's bytes_per_token must be a byte count: a negative one is refused, as text is,
+// and one whose pool of bytes would overflow the counters (INT64_MAX did, under UBSan).
+TEST(VizTrace, ANegativeOrHugeBytesPerTokenIsRefused) {
   EXPECT_EQ(trace_refusal({{"bytes_per_token", "-1"}}), "bytes_per_token=-1 is not a byte count");
+  EXPECT_EQ(trace_refusal({{"bytes_per_token", "9223372036854775807"}}),
+            "bytes_per_token=9223372036854775807 is more than 68719476736");
+  EXPECT_EQ(trace_refusal({{"bytes_per_token", "68719476736"}}), "");
 }
 
 // The first id past the tokenizer's last is not in it (the check is >=, not >).

@@ -104,6 +104,11 @@ std::shared_ptr<Run> load_trace_run(const std::string& path) {
     char* end = nullptr;
     const long long n = std::strtoll(bytes.c_str(), &end, 10);
     if (*end != '\0' || n < 0) throw file_error(path, "bytes_per_token=" + bytes + " is not a byte count");
+    // 64 GiB a token, far above any model's K/V (Qwen3-0.6B: 224 KiB in f32): the
+    // pool's bytes, up to 2^26 slots of it, still fit the counters' int64.
+    constexpr long long kMostBytesPerToken = 1LL << 36;
+    if (n > kMostBytesPerToken)
+      throw file_error(path, "bytes_per_token=" + bytes + " is more than " + std::to_string(kMostBytesPerToken));
     run->bytes_per_token = n;
   }
   int sequences = 0;
