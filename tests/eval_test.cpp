@@ -254,5 +254,25 @@ TEST(Heads, SharesAreFractionsOfEachQuerysAttention) {
   }
 }
 
+// Weights that overflow the activations (3e38 in a q_proj row: finite, far past what a
+// sum holds) give attention that is not finite: refused by name, as the engine refuses
+// such logits (the table printed "-nan%" rows, exit 0).
+TEST(Heads, AttentionThatIsNotFiniteIsAnError) {
+  Model m = load_model(test::tiny_model("tiny-tied"), WeightFormat::F32);
+  Matrix& q_proj = m.weights.layers[1].q_proj;
+  std::vector<float> huge(q_proj.f32(), q_proj.f32() + size_t(q_proj.rows) * q_proj.cols);  // [q_dim, hidden]
+  std::fill(huge.begin(), huge.begin() + q_proj.cols, 3e38f);  // row 0: head 0's first dimension
+  q_proj.data = huge.data();
+  HeadSettings s;
+  s.from = 64;
+  try {
+    head_stats(m, random_windows(1, 96, 300, 4), s);
+    ADD_FAILURE() << "head_stats returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("heads: the attention of layer 1 head 0 at position 64 is not finite", 0), 0u)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kvscope

@@ -1,6 +1,7 @@
 #include "eval/heads.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 
@@ -43,6 +44,16 @@ void check_head_settings(const HeadSettings& s, int length) {
                 std::to_string(kMinMiddleKeys) + " middle keys or more are measured");
 }
 
+// Attention that is not finite (activations that overflowed, or NaN or inf weights) is
+// refused, as the engine refuses such logits: the table printed "-nan%" rows, exit 0.
+static void check_attention_finite(const float* a, int keys, int head, int heads_per_layer, int query) {  // a: [keys]
+  for (int p = 0; p < keys; ++p)
+    if (!std::isfinite(a[p]))
+      throw Error("heads: the attention of layer " + std::to_string(head / heads_per_layer) + " head " +
+                  std::to_string(head % heads_per_layer) + " at position " + std::to_string(query) +
+                  " is not finite: the model's activations overflowed, or its weights hold NaN or inf");
+}
+
 std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vector<int>>& windows,
                                   const HeadSettings& s) {
   const ModelConfig& c = model.config;
@@ -73,6 +84,7 @@ std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vec
       const size_t table = row.size() / size_t(heads);
       for (int h = 0; h < heads; ++h) {
         const float* a = row.data() + size_t(h) * table;
+        check_attention_finite(a, q + 1, h, c.num_heads, q);
         for (int p = 0; p < s.sinks; ++p) out[h].sink += a[p];
         for (int p = q - s.recent + 1; p <= q; ++p) out[h].local += a[p];
         for (int p = s.sinks; p < mid_end; ++p) received[h][p - s.sinks] += a[p];
