@@ -107,6 +107,13 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
                                    std::string("simulate --tokens 100 --strategy compact --trace ''"),
                                    std::string("serve-bench --json ''"), std::string("calibrate --model m --text t --out ''")})
     expect_one_line_error(empty, ": an empty file name (");
+  // And an empty file to read: "--text ''" ran eval on the default text, and "--config ''"
+  // said ": cannot open", naming no file.
+  for (const std::string& empty : {std::string("eval --text ''"), std::string("memory --config ''"),
+                                   std::string("simulate --config ''"), std::string("bench decode --config ''"),
+                                   kTiny + "--prompt hi --budget 40 --policy triattention --calibration ''",
+                                   std::string("serve-bench --config ''")})
+    expect_one_line_error(empty, ": an empty file name (");
   expect_one_line_error(kTiny + "--prompt hi -n -3", "--tokens: must be 0 or more, not -3");
   expect_one_line_error("bench gpu-decode --decode-tokens 0", "--decode-tokens: must be above 0, not 0");
   expect_one_line_error(kTiny + "--prompt hi --policy lru", "--policy: lru not in {streaming,h2o,");

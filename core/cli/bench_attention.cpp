@@ -154,7 +154,9 @@ void run_attention_bench(const AttentionBenchArgs& a) {
 void add_bench_attention_command(CLI::App& bench) {
   auto args = std::make_shared<AttentionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("attention", "Flash-style versus eager attention: time and memory at 1K-16K tokens");
-  cmd->add_option("--config", args->config, "config.json giving the attention shape")->capture_default_str();
+  cmd->add_option("--config", args->config, "config.json giving the attention shape")
+      ->capture_default_str()
+      ->check(kFileName);
   cmd->add_option("--contexts", args->contexts, "Context lengths in tokens")
       ->delimiter(',')
       ->capture_default_str()

@@ -178,7 +178,9 @@ void add_bench_gpu_attention_command(CLI::App& bench) {
   auto args = std::make_shared<GpuAttentionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("gpu-attention",
                                        "CUDA: paged decode attention bandwidth at 1K-128K tokens; eager vs flash");
-  cmd->add_option("--config", args->config, "config.json giving the attention shape")->capture_default_str();
+  cmd->add_option("--config", args->config, "config.json giving the attention shape")
+      ->capture_default_str()
+      ->check(kFileName);
   cmd->add_option("--contexts", args->contexts, "Context lengths for the decode table")
       ->delimiter(',')
       ->capture_default_str()

@@ -115,7 +115,7 @@ void add_calibrate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("calibrate", "TriAttention calibration: per-band query centres of a model on a text");
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)")
       ->required();
-  cmd->add_option("--text", args->text, "Text file to calibrate on (UTF-8)")->required();
+  cmd->add_option("--text", args->text, "Text file to calibrate on (UTF-8)")->required()->check(kFileName);
   cmd->add_option("--out", args->out, "Calibration file to write (JSON)")->required()->check(kFileName);
   cmd->add_option("--max-tokens", args->max_tokens, "Use at most the first N tokens of the text (0 = all)")
       ->capture_default_str()

@@ -112,7 +112,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder")->capture_default_str();
   cmd->add_option("--text", args->text,
                   "Held-out text; documents separated by <|endoftext|> (default: MODEL/heldout.txt, else the bundled "
-                  "model's)");
+                  "model's)")
+      ->check(kFileName);
   cmd->add_option("--context", s.context, "Tokens per window, teacher-forced one at a time")->capture_default_str();
   cmd->add_option("--continuation", s.continuation, "Greedy tokens compared after each window")->capture_default_str();
   cmd->add_option("--windows", args->windows, "At most N windows (0 = one per long-enough document)")
@@ -133,7 +134,8 @@ void add_eval_command(CLI::App& app) {
                                       "Seed of the random policy (refused unless --policies has random)")
                           ->capture_default_str()
                           ->check(kNonNegative);
-  cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
+  cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)")
+      ->check(kFileName);
   cmd->add_option("--json", args->json, "Also write the numbers to this JSON file")->check(kFileName);
   cmd->add_option("--threads", args->threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")
       ->capture_default_str()

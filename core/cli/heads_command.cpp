@@ -97,7 +97,8 @@ void add_heads_command(CLI::App& app) {
   cmd->add_option("--model", args->model_dir, "Hugging Face model folder")->capture_default_str();
   cmd->add_option("--text", args->text,
                   "Held-out text; documents separated by <|endoftext|> (default: MODEL/heldout.txt, else the bundled "
-                  "model's)");
+                  "model's)")
+      ->check(kFileName);
   cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
   cmd->add_option("--from", s.from, "First query position measured")->capture_default_str();
   cmd->add_option("--windows", args->windows, "At most N windows (one per document) to average over")

@@ -109,7 +109,7 @@ void add_memory_command(CLI::App& app) {
       "memory",
       "KV-cache memory calculator: bytes per token of K/V, bytes of the weights, and how many tokens fit on a GPU.\n"
       "free = GPU - weights - reserve; tokens = free / KV bytes per token. 1 GB = 1e9 bytes.");
-  cmd->add_option("--config", args->config, "config.json giving the model shape")->required();
+  cmd->add_option("--config", args->config, "config.json giving the model shape")->required()->check(kFileName);
   // From 0 GB (nothing fits: the answer says so) to a petabyte (kMaxGb in model/memory.cpp).
   const CLI::Validator gigabytes = number_check(0, false, 1e6, "0..1e6");
   cmd->add_option("--gpu-gb", args->budget.gpu_gb, "GPU memory in GB (1 GB = 1e9 bytes)")

@@ -441,13 +441,15 @@ void add_serve_bench_command(CLI::App& app) {
   CLI::Option* config =
       cmd->add_option("--config", a.config, "A config.json: serve a model of its shape with random bf16 weights "
                                             "and random prompts instead")
-          ->excludes(model);
+          ->excludes(model)
+          ->check(kFileName);
   cmd->add_option("--layers", a.layers, "With --config: keep only the first N layers (0 = all)")
       ->capture_default_str()
       ->check(kNonNegative)
       ->needs(config);
   cmd->add_option("--text", a.text, "Text the prompts are cut from (default: MODEL/heldout.txt, else the bundled model's)")
-      ->excludes(config);
+      ->excludes(config)
+      ->check(kFileName);
   cmd->add_option("--blocks", a.blocks, "Blocks in the pool: the memory budget")->capture_default_str()->check(kPositive);
   cmd->add_option("--block-size", a.block_size, "Tokens per block")->capture_default_str()->check(kBlockSize);
   cmd->add_option("--requests", a.requests, "Number of requests")->capture_default_str()->check(kPositive);

@@ -362,7 +362,9 @@ void add_simulate_command(CLI::App& app) {
   auto* bpt = cmd->add_option("--bytes-per-token", a->sim.bytes_per_token,
                               "K/V bytes per token, all layers (default: Qwen3-0.6B in f32, 2 x 28 x 8 x 128 x 4)")
                   ->capture_default_str();
-  cmd->add_option("--config", a->config, "Take bytes per token from this config.json (f32 K/V)")->excludes(bpt);
+  cmd->add_option("--config", a->config, "Take bytes per token from this config.json (f32 K/V)")
+      ->excludes(bpt)
+      ->check(kFileName);
   cmd->add_option("--trace", a->trace, "Write the event stream of the run to this file (one strategy, one seed); kvscope-viz --trace FILE shows it")
       ->check(kFileName);
   cmd->callback([a, slack] {

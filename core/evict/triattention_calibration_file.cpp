@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iomanip>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -44,7 +45,7 @@ std::string shape_text(int layers, int heads, int kv_heads, int head_dim, int hi
   if (kv_heads) s << ", " << kv_heads << " KV heads";
   s << ", head_dim " << head_dim;
   if (hidden) s << ", hidden_size " << hidden;
-  s << ", rope_theta " << theta;
+  s << ", rope_theta " << std::setprecision(17) << theta;  // every digit: 1000001 is not 1e+06
   return s.str();
 }
 
