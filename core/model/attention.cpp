@@ -142,7 +142,8 @@ void attention_eager(float* out, const float* q, const int64_t* q_pos, int T, co
     for (int h = g * group; h < (g + 1) * group; ++h) {
       for (int t = 0; t < T; ++t) std::copy_n(q + size_t(t) * q_dim + size_t(h) * hd, hd, Q.row(t).data());
       // P = softmax(Q K^T / sqrt(d)) with the causal mask, row by row.  [T, n]
-      P.noalias() = (Q * K.transpose()) * scale;
+      P.noalias() = Q * K.transpose();
+      P *= scale;
       for (int t = 0; t < T; ++t) {
         float* row = P.row(t).data();
         float max_s = -INFINITY;
