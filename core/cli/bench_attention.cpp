@@ -48,7 +48,8 @@ struct Timing {
 // process had allocated before: 1024 tokens measured first took eager 7x flash's
 // time, measured after 4096 tokens 0.9x. Each measurement therefore runs in two phases:
 //   Faults    every block over 128 KiB is mapped on demand and unmapped when freed (glibc's
-//             defaults, made fixed): the peak memory a call adds is what it allocates.
+//             defaults, made fixed), and the free memory the process held is given back
+//             first: the peak memory a call adds is what it allocates.
 //   Keeps     freed memory stays in the process (blocks up to 32 MiB, glibc's largest
 //             such threshold, from the heap; no trim under 1 GiB): after warm-up calls,
 //             a call's time is attention's, not the page faults of its allocations.
@@ -65,10 +66,12 @@ template <class Fn>
 Timing measure(int repeats, Fn&& fn) {
   Timing t{1e30, 0};
   set_malloc(MallocPhase::Faults);
+  malloc_trim(0);  // what the last Keeps phase kept goes back: a call now counts every page it touches
   const double before = current_memory_bytes();
   reset_peak_memory();
   fn();
-  t.extra_bytes = peak_memory_bytes() - before;
+  // A call can read below zero (an OpenMP thread's arena trimmed as it frees): it added nothing.
+  t.extra_bytes = std::max(0.0, peak_memory_bytes() - before);
 
   set_malloc(MallocPhase::Keeps);
   const double warm_up_start = now_seconds();
