@@ -154,9 +154,9 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
               "every %d sequences (one pass of the decode GEMV serves %d: %d passes at %d sequences, each counted\n"
               "as read from memory, though a layer's matrix may come from L2 the second time)\n"
               "+ each sequence's K/V at the average context.\n"
-              "Each step is %d kernel launches per layer (%d at %d sequences: 7 GEMVs a pass, 2 of them attention,\n"
-              "for all the sequences together) and small host-to-device copies, launched one by one (no CUDA\n"
-              "graphs): for a model this small, launch gaps rather than bandwidth can set the pace. Each step also\n"
+              "A step launches %d kernels per layer at 1 sequence, %d at %d (the 7 GEMVs once a pass; attention\n"
+              "is 2 launches for all the sequences together), and makes small host-to-device copies, one by one\n"
+              "(no CUDA graphs): for a model this small, launch gaps rather than bandwidth can set the pace. It also\n"
               "copies every sequence's logits to the host, where sampling and the policies run: %.1f MB a step at\n"
               "%d sequences, not in the limit.\n",
               cuda::kMatvecVectors, cuda::kMatvecVectors, matvec_passes(most), most, launches_per_layer(1),
