@@ -206,8 +206,41 @@ TEST_P(CacheBasics, BadEvictionChangesNothing) {
   appended(cache, seq, 6);
   expect_error([&] { cache.evict(seq, {1, 99}); }, "not live");
   expect_error([&] { cache.evict(seq, {2, 2}); }, "twice");
+  // -1 is what an empty slot holds: asking to evict it must not empty a hole again.
+  expect_error([&] { cache.evict(seq, {kEmpty}); }, "positions are >= 0");
   EXPECT_EQ(cache.live_positions(seq), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
   check_invariants(cache);
+}
+
+// A block in the middle of the table that empties goes back, and the tail keeps its
+// unwritten slots: the next token goes there, not into a new block. (A cache that
+// counted the tail as full whenever any block went back passed every other test, and
+// held 23 blocks for 19 in a streaming simulation.)
+TEST_P(CacheBasics, FreeingAMiddleBlockLeavesTheTailItsRoom) {
+  PagedKvCache cache(8, 4, GetParam());
+  const int seq = cache.add_sequence();
+  appended(cache, seq, 10);  // blocks 0, 1, 2; the tail holds 8 and 9
+  cache.evict(seq, {4, 5, 6, 7});
+  EXPECT_EQ(cache.sequence(seq).blocks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(cache.blocks_needed(seq, 2), 0);
+  EXPECT_EQ(cache.blocks_needed(seq, 3), 1);
+  const SlotRef at = cache.append(seq);
+  EXPECT_EQ(at.block, 2);
+  EXPECT_EQ(at.slot, 2);
+  EXPECT_EQ(cache.pool().num_used(), 2);
+  check_invariants(cache);
+}
+
+// A sequence with no block yet needs one for its first token and one more every
+// block_size tokens.
+TEST_P(CacheBasics, AFreshSequenceNeedsABlockForItsFirstToken) {
+  PagedKvCache cache(8, 4, GetParam());
+  const int seq = cache.add_sequence();
+  EXPECT_EQ(cache.blocks_needed(seq, 0), 0);
+  EXPECT_EQ(cache.blocks_needed(seq, 1), 1);
+  EXPECT_EQ(cache.blocks_needed(seq, 4), 1);
+  EXPECT_EQ(cache.blocks_needed(seq, 5), 2);
+  EXPECT_EQ(cache.room(seq), 32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, CacheBasics,
@@ -629,6 +662,10 @@ class CacheProperty : public ::testing::TestWithParam<std::tuple<MemoryStrategy,
 
   void check() {
     check_invariants(*cache_);
+    for (const auto& [seq, live] : shadow_)  // room and blocks_needed tell the same story (kv_cache.h)
+      for (const int64_t T : {int64_t(1), int64_t(bs_), int64_t(bs_) + 1, 3 * int64_t(bs_) + 1})
+        ASSERT_EQ(cache_->blocks_needed(seq, T) <= cache_->pool().num_free(), T <= cache_->room(seq))
+            << "sequence " << seq << ", " << T << " tokens";
     for (const auto& [seq, live] : shadow_) {
       const std::vector<int64_t> want(live.begin(), live.end());
       const std::vector<int64_t> got = cache_->live_positions(seq);
@@ -1008,6 +1045,17 @@ TEST_F(ReplayErrors, PositionsAreWrittenOneAfterAnother) {
   expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), write(0, 0, 1, 1), alloc(1, 1), write(1, 1, 0, 0),
                        write(0, 0, 2, 3)},
                       "after position 1");
+}
+
+// A move or an eviction in a block the sequence does not own: another's, or a free one.
+TEST_F(ReplayErrors, MovingOrEvictingInABlockOfAnotherSequence) {
+  expect_replay_error({alloc(0, 0), alloc(1, 1), write(1, 1, 0, 0), write(0, 0, 0, 0), move(0, 1, 1, 0, 0, 0)},
+                      "block 1 belongs to sequence 1");
+  expect_replay_error({alloc(0, 0), alloc(1, 1), write(1, 1, 0, 0), move(0, 0, 0, 1, 0, 0)},
+                      "block 1 belongs to sequence 1");
+  expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), move(0, 2, 0, 0, 0, 0)}, "block 2 is free");
+  expect_replay_error({alloc(0, 0), alloc(1, 1), write(1, 1, 0, 0), evict(0, 1, 0, 0)},
+                      "block 1 belongs to sequence 1");
 }
 
 TEST_F(ReplayErrors, EvictingTheWrongToken) {

@@ -21,7 +21,10 @@ class BlockPool {
   // Drops one reference; the block returns to the free queue when none is left.
   // Throws on a block that is not allocated (a double free).
   void free(int block);
-  // One more reference to an allocated block (a block shared by two sequences).
+  // One more reference to an allocated block (a block shared by two sequences, as
+  // prefix caching would). PagedKvCache never shares one: check_invariants requires a
+  // count of 1 for every block in a table, and its free_block clears the slots, which
+  // a second holder would still need.
   void retain(int block);
 
   int num_blocks() const { return int(ref_count_.size()); }
