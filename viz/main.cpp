@@ -300,7 +300,8 @@ void say_window(const Args& a, GLFWwindow* window, bool maximised) {
 GLFWwindow* open_window(App& app, const Args& a, int& width, int& height, bool headless) {
   glfwSetErrorCallback([](int, const char* what) { std::fprintf(stderr, "kvscope-viz: GLFW: %s\n", what); });
   if (!glfwInit())
-    fail("cannot open the display for OpenGL; without a desktop run `xvfb-run -a kvscope-viz --screenshot FILE.png ...`");
+    fail("cannot open the display for OpenGL; without a desktop run "
+         "`xvfb-run -a kvscope-viz --screenshot FILE.png ...`");
   set_ui_scale(a.scale > 0 ? a.scale : headless ? 1.0f : monitor_scale());
   const bool maximised = !headless && !a.size_given && window_size_for_screen(width, height);
   if (maximised) glfwWindowHint(GLFW_MAXIMIZED, GLFW_TRUE);
@@ -597,7 +598,7 @@ int main(int argc, char** argv) {
     fail(e.what());
   }
   try {  // the threads the model scenarios' parallel loops start
-    const std::string warning = kvscope::check_openmp_default();
+    const std::string warning = kvscope::check_openmp_default("lower it or unset it");
     if (!warning.empty()) std::fprintf(stderr, "kvscope-viz: warning: %s\n", warning.c_str());
   } catch (const kvscope::Error& e) {
     fail(e.what());

@@ -67,6 +67,15 @@ void check_threads(int threads) {
   if (!warning.empty()) print_warnings({warning});
 }
 
+bool threads_given(const CLI::App& app) {
+  for (const CLI::App* command : app.get_subcommands()) {
+    const CLI::Option* threads = command->get_option_no_throw("--threads");
+    if (threads && threads->count() > 0 && threads->as<std::string>() != "0") return true;
+    if (threads_given(*command)) return true;
+  }
+  return false;
+}
+
 void set_threads(int threads) {
   if (threads < 0) throw Error("--threads must be 0 or more, not " + std::to_string(threads));
   if (threads == 0) return;
@@ -139,9 +148,11 @@ int main(int argc, char** argv) {
   kvscope::cli::add_heads_command(app);
   kvscope::cli::add_simulate_command(app);
   kvscope::cli::add_serve_bench_command(app);
-  // Once the command line parsed (not for --help), before any command runs.
-  app.parse_complete_callback([] {
-    const std::string warning = kvscope::check_openmp_default();
+  // Once the command line parsed (not for --help), before any command runs: OpenMP's
+  // default, unless the command was given --threads N (N > 0), which replaces it.
+  app.parse_complete_callback([&app] {
+    if (kvscope::cli::threads_given(app)) return;
+    const std::string warning = kvscope::check_openmp_default("lower it, unset it, or give --threads N");
     if (!warning.empty()) kvscope::cli::print_warnings({warning});
   });
   try {

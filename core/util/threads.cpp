@@ -19,10 +19,15 @@ std::string check_thread_count(int threads, const std::string& named) {
   return "";
 }
 
-std::string check_openmp_default() {
+std::string check_openmp_default(const std::string& way_out) {
   const char* env = std::getenv("OMP_NUM_THREADS");
   if (!env || !*env) return "";
-  return check_thread_count(omp_get_max_threads(), "OMP_NUM_THREADS=" + std::string(env));
+  // Refused: named with the way out (the limit check's message, and what to do).
+  try {
+    return check_thread_count(omp_get_max_threads(), "OMP_NUM_THREADS=" + std::string(env));
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + ": " + way_out);
+  }
 }
 
 }  // namespace kvscope

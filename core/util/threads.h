@@ -15,8 +15,9 @@ constexpr int kMaxThreads = 1024;
 std::string check_thread_count(int threads, const std::string& named);
 
 // What a parallel region starts without --threads: OMP_NUM_THREADS when it is set,
-// else every hardware thread. check_thread_count for OMP_NUM_THREADS; "" when unset.
-// Both programs call it first, so no command meets a team libgomp cannot create.
-std::string check_openmp_default();
+// else every hardware thread. check_thread_count for OMP_NUM_THREADS, its refusal
+// ending in `way_out` ("lower it or unset it"); "" when unset. Both programs call it
+// first, so no command meets a team libgomp cannot create.
+std::string check_openmp_default(const std::string& way_out);
 
 }  // namespace kvscope
