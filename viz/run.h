@@ -48,7 +48,7 @@ struct Run {
   std::vector<std::vector<std::string>> token_text;
   bool traced = false;    // read from a trace file (load_trace_run), not recorded here
   std::string text_note;  // a trace's: where its token text came from, or why it has none
-  std::string tokenizer_json;  // a trace's: the tokenizer.json its token text was read with, or 
+  std::string tokenizer_json;  // a trace's: the tokenizer.json its token text was read with ("" if none)
 
   bool has_scores() const { return bool(importance) || !round_scores.empty(); }
   // What a score of this run measures, for a tooltip: "H2O: attention received, as of

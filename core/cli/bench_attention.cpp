@@ -144,7 +144,8 @@ void run_attention_bench(const AttentionBenchArgs& a) {
     }
   }
   std::printf("\ntime = the best of %s, after at least 3 untimed ones (and 50 ms of them), with freed memory\n"
-              "kept in the process (mallopt), so no call page-faults in what the one before it freed.\n"
+              "kept in the process (mallopt), so no call page-faults in what the one before it freed (blocks up\n"
+              "to 32 MiB; a larger P, 33.5 MB at 16384 x 512, is still mapped fresh every call).\n"
               "extra memory = peak resident memory during one call minus resident memory before it, with every\n"
               "block over 128 KiB mapped fresh (whole process; page granularity, so small working sets read as 0).\n"
               "Eager holds P = softmax(Q K^T) for one head per thread, [queries x context] floats, plus a contiguous\n"
@@ -169,7 +170,8 @@ void add_bench_attention_command(CLI::App& bench) {
       ->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--repeats", args->repeats,
-                  "Runs per measurement: the best time, and the most extra memory, are reported")
+                  "Timed calls per measurement (after the untimed ones): the best time is reported; the "
+                  "extra memory is one call's, measured apart")
       ->capture_default_str()
       ->check(kPositive);
   cmd->callback([args] { run_attention_bench(*args); });

@@ -110,7 +110,9 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
 void add_bench_compaction_command(CLI::App& bench) {
   auto args = std::make_shared<CompactionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("compaction", "Compaction throughput against a plain memcpy of the same bytes");
-  cmd->add_option("--config", args->config, "config.json giving the cache shape")->capture_default_str()->check(kFileName);
+  cmd->add_option("--config", args->config, "config.json giving the cache shape")
+      ->capture_default_str()
+      ->check(kFileName);
   cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")
       ->capture_default_str()
       ->check(kPositive);

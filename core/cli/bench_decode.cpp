@@ -199,7 +199,9 @@ void run_bench(const BenchArgs& a) {
 void add_bench_decode_command(CLI::App& bench) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = bench.add_subcommand("decode", "Prefill and decode speed on a real model shape with random weights");
-  cmd->add_option("--config", args->config, "config.json giving the model shape")->capture_default_str()->check(kFileName);
+  cmd->add_option("--config", args->config, "config.json giving the model shape")
+      ->capture_default_str()
+      ->check(kFileName);
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length for the prefill measurement")
       ->capture_default_str()
       ->check(kPositive);

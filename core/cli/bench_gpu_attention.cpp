@@ -119,7 +119,8 @@ void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
         cuda::paged_attention(out.get(), q.get(), q_pos.get(), 1, layer.kv, heads, workspace.get());
       });
       const double bytes = 2.0 * layer.live * kv_dim * sizeof(float);  // K and V rows, every KV head
-      const std::string of_peak = percent_of(bytes / s, gpu.peak_bandwidth()) + (gpu.fits_in_l2(bytes) ? " (in L2)" : "");
+      const std::string of_peak =
+          percent_of(bytes / s, gpu.peak_bandwidth()) + (gpu.fits_in_l2(bytes) ? " (in L2)" : "");
       std::printf("| %d | %s | %d | %d | %.1f us | %.0f | %s |\n", n, evict > 0 ? "50% evicted" : "none", layer.live,
                   layer.kv.table_slots, 1e6 * s, bytes / s / 1e9, of_peak.c_str());
     }

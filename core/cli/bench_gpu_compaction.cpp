@@ -102,7 +102,9 @@ void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
 void add_bench_gpu_compaction_command(CLI::App& bench) {
   auto args = std::make_shared<GpuCompactionBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("gpu-compaction", "CUDA: compaction throughput against cudaMemcpy of the same bytes");
-  cmd->add_option("--config", args->config, "config.json giving the cache shape")->capture_default_str()->check(kFileName);
+  cmd->add_option("--config", args->config, "config.json giving the cache shape")
+      ->capture_default_str()
+      ->check(kFileName);
   cmd->add_option("--tokens", args->tokens, "Tokens in the cache before eviction")
       ->delimiter(',')
       ->capture_default_str()

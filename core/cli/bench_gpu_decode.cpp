@@ -169,7 +169,9 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
 void add_bench_gpu_decode_command(CLI::App& bench) {
   auto args = std::make_shared<GpuDecodeBenchArgs>();
   CLI::App* cmd = bench.add_subcommand("gpu-decode", "CUDA: end-to-end decode tokens/s of a Qwen3-0.6B-shaped random model");
-  cmd->add_option("--config", args->config, "config.json giving the model shape")->capture_default_str()->check(kFileName);
+  cmd->add_option("--config", args->config, "config.json giving the model shape")
+      ->capture_default_str()
+      ->check(kFileName);
   cmd->add_option("--weights", args->weights, "Weight formats to run (f32,bf16)")
       ->delimiter(',')
       ->capture_default_str()

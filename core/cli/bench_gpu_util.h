@@ -30,7 +30,9 @@ inline cuda::GpuInfo bench_gpu(const std::string& command) {
 }
 
 inline void print_gpu_machine(const cuda::GpuInfo& g) {
-  const std::string l2 = g.l2_bytes > 0 ? ", L2 " + std::to_string(g.l2_bytes >> 20) + " MiB" : "";
+  const std::string l2 = g.l2_bytes <= 0          ? ""
+                         : g.l2_bytes < (1 << 20) ? ", L2 " + std::to_string(g.l2_bytes >> 10) + " KiB"
+                                                  : ", L2 " + std::to_string(g.l2_bytes >> 20) + " MiB";
   std::printf("machine: %s (sm_%d%d, %.1f GiB, %s%s), host %s\n", g.name.c_str(), g.compute_major, g.compute_minor,
               double(g.memory_bytes) / (1u << 30), g.peak_text().c_str(), l2.c_str(), cpu_name().c_str());
 }

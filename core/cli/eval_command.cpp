@@ -134,7 +134,8 @@ void add_eval_command(CLI::App& app) {
                                       "Seed of the random policy (refused unless --policies has random)")
                           ->capture_default_str()
                           ->check(kNonNegative);
-  cmd->add_option("--calibration", args->calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)")
+  cmd->add_option("--calibration", args->calibration,
+                  "TriAttention calibration (default: MODEL/triattention-calibration.json)")
       ->check(kFileName);
   cmd->add_option("--json", args->json, "Also write the numbers to this JSON file")->check(kFileName);
   cmd->add_option("--threads", args->threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")

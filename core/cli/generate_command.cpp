@@ -340,9 +340,10 @@ void add_generate_command(CLI::App& app) {
   CLI::Option* policy = cmd->add_option("--policy", args->policy, "Eviction policy: streaming, h2o, snapkv, triattention, random")
                             ->capture_default_str()
                             ->check(CLI::IsMember({"streaming", "h2o", "snapkv", "triattention", "random"}));
-  CLI::Option* calibration = cmd->add_option("--calibration", args->calibration,
-                                             "TriAttention calibration file (default: MODEL/triattention-calibration.json)")
-                                   ->check(kFileName);
+  CLI::Option* calibration =
+      cmd->add_option("--calibration", args->calibration,
+                      "TriAttention calibration file (default: MODEL/triattention-calibration.json)")
+          ->check(kFileName);
   CLI::Option* budget = cmd->add_option("--budget", args->budget, "Tokens kept after each eviction round; 0 = no eviction")
                              ->capture_default_str()
                              ->check(kNonNegative);

@@ -354,7 +354,8 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
       if (r == 0) runs.push_back(std::move(run));
       else if (!same_work(run, runs[i]))
         throw Error("serve-bench: run " + std::to_string(r + 1) + " of " + strategy +
-                    " did different work from run 1 (steps, batches, preemptions or blocks); the scheduler is not deterministic");
+                    " did different work from run 1 (steps, batches, preemptions or blocks); the scheduler is not "
+                    "deterministic");
     }
   for (size_t i = 0; i < runs.size(); ++i) runs[i].seconds = median(seconds[i]);
   return runs;
@@ -476,7 +477,8 @@ void add_serve_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "holes", "reuse", "compact"}));
   CLI::Option* calibration = cmd->add_option(
-      "--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)");
+      "--calibration", a.calibration, "TriAttention calibration (default: MODEL/triattention-calibration.json)")
+      ->check(kFileName);
   cmd->add_option("--json", a.json, "Also write the numbers and the blocks in use per step to this JSON file")
       ->check(kFileName);
   cmd->add_option("--trace", a.trace, "Record the cache events of the last strategy's run (every request's sequence id) and its tokens; kvscope-viz --trace FILE shows it")

@@ -24,7 +24,8 @@ int positive_int(const json& j, const char* key, const std::string& source) {
   if (!j.contains(key)) throw file_error(source, std::string("missing field \"") + key + "\"");
   const json& v = j[key];
   if (!json_int_in(v, 1, 1 << 30))
-    throw file_error(source, std::string("field \"") + key + "\" must be a positive integer up to 2^30, got " + v.dump());
+    throw file_error(source,
+                     std::string("field \"") + key + "\" must be a positive integer up to 2^30, got " + v.dump());
   return v.get<int>();
 }
 
