@@ -208,7 +208,7 @@ TEST(Readme, BenchmarkProseQuotesItsTables) {
   const std::string two = "at 2 threads " + cell("| f32 | 2 |", 6) + " of it with f32 weights and " +
                           cell("| bf16 | 2 |", 6) + " of the (twice higher) bf16 limit";
   const std::string prefill = "two threads run it " + fmt("%.1f", ratio("| bf16 | 2 |", "| bf16 | 1 |", 2)) +
-                              "x (bf16) to " + fmt("%.1f", ratio("| f32 | 2 |", "| f32 | 1 |", 2)) + "x (f32)";
+                              "x (bf16) and " + fmt("%.1f", ratio("| f32 | 2 |", "| f32 | 1 |", 2)) + "x (f32)";
   // bench attention: eager / flash (column 4), eager's extra memory (column 6) and the
   // flash path's (column 5), its most in any row.
   double flash_memory = 0;
