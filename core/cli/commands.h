@@ -70,8 +70,6 @@ std::string fewer_windows_note(int asked, int found);
 // --threads N: the OpenMP threads for matmuls and attention (0 = OpenMP's default:
 // OMP_NUM_THREADS when set, else all cores; main checked it, check_openmp_default).
 void set_threads(int threads);
-// Whether the command line gave --threads N with N > 0 (the number OpenMP starts then).
-bool threads_given(const CLI::App& app);
 // kvscope::Error when `threads` is over kMaxThreads; a warning on stderr when it is
 // more than this machine's hardware threads (the extra ones take turns).
 void check_threads(int threads);

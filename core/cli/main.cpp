@@ -67,7 +67,8 @@ void check_threads(int threads) {
   if (!warning.empty()) print_warnings({warning});
 }
 
-bool threads_given(const CLI::App& app) {
+// Whether the command line gave --threads N with N > 0 (the number OpenMP starts then).
+static bool threads_given(const CLI::App& app) {
   for (const CLI::App* command : app.get_subcommands()) {
     const CLI::Option* threads = command->get_option_no_throw("--threads");
     if (threads && threads->count() > 0 && threads->as<std::string>() != "0") return true;
