@@ -299,6 +299,20 @@ TEST(BadInput, StandardOutputThatCannotBeWrittenIsAnError) {
   }
 }
 
+// Standard error that cannot take generate's summary (its speeds and cache) or a warning:
+// the text still reaches standard output, and the exit code says what was lost.
+TEST(BadInput, StandardErrorThatCannotBeWrittenIsNotExitCodeZero) {
+  const std::string generate = test::binary_path("kvscope") + " " + kTiny + "--prompt hi -n 2";
+  const test::ProgramRun lost = test::run_shell(generate + " 2>/dev/full");
+  EXPECT_EQ(lost.code, 1) << lost.output;
+  EXPECT_NE(lost.output, "") << "the generated text went missing too";
+  const test::ProgramRun kept = test::run_shell(generate + " 2>/dev/null");
+  EXPECT_EQ(kept.code, 0) << kept.output;
+  EXPECT_EQ(kept.output, lost.output);
+  // A command that writes nothing there is not refused for it.
+  EXPECT_EQ(test::run_shell(test::binary_path("kvscope") + " simulate --tokens 100 2>/dev/full >/dev/null").code, 0);
+}
+
 // A value the run cannot use is named by its flag (the README's "kvscope: error:
 // <file or flag>: <problem>"), also where the check lives below the command line.
 TEST(BadInput, ErrorsNameTheirFlag) {

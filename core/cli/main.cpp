@@ -109,13 +109,17 @@ void print_warnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
 }
 
-// The exit code once standard output has the tables and the text (or the help): if it
-// could not take them (a full disk, say), the run did not do its job, and exit code 0
-// would hide that.
+// The exit code once the run's output is written. Standard output has the tables and the
+// text (or the help): if it could not take them (a full disk, say), the run did not do its
+// job, and exit code 0 would hide that. Standard error has the summaries (generate's speeds
+// and cache) and the warnings: where one was lost there is nowhere left to say so, but the
+// exit code still can.
 static int output_written() {
-  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
-  std::fprintf(stderr, "kvscope: error: standard output: write failed (disk full?)\n");
-  return 1;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "kvscope: error: standard output: write failed (disk full?)\n");
+    return 1;
+  }
+  return std::ferror(stderr) ? 1 : 0;
 }
 
 // For CLI11's "A subcommand is required": which command wanted one, the word given
