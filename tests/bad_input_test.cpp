@@ -253,6 +253,11 @@ TEST(BadInput, SamplingFlagsAreCheckedBeforeAnythingIsPrinted) {
   expect_one_line_error(sampled + "--top-k -2", "--top-k: must be 0 or more, not -2 (");
   expect_one_line_error(sampled + "--top-p 2", "--top-p: must be 1 or less, not 2 (");
   EXPECT_EQ(run_kvscope(sampled + "--top-p 0").out, "") << "the prompt was printed before the error";
+  // Above 0 is above 0, even where a float would round it to 0 (refused as "got 0" once):
+  // the nucleus is then the most likely token alone, the greedy text.
+  const ProgramRun tiny_p = run_kvscope(sampled + "-n 8 --top-p 1e-46");
+  EXPECT_EQ(tiny_p.code, 0) << tiny_p.err;
+  EXPECT_EQ(tiny_p.out, run_kvscope(sampled + "-n 8 --temperature 0").out);
 }
 
 TEST(BadInput, CompactionBenchWithNothingToMoveSaysSo) {

@@ -109,10 +109,11 @@ TEST(Generate, RefusesMoreTokensThanTheModelHasPositions) {
 TEST(Sampler, GreedyTopK1AndTinyTopPAllPickTheArgmax) {
   const std::vector<float> logits = {0.1f, 2.5f, -1.0f, 2.4f, 0.0f};
   EXPECT_EQ(Sampler({0.0f, 0, 1.0f, 1}).sample(logits.data(), 5), 1);
-  Sampler k1({1.0f, 1, 1.0f, 1}), p0({1.0f, 0, 1e-6f, 2});
+  Sampler k1({1.0f, 1, 1.0f, 1}), p0({1.0f, 0, 1e-6f, 2}), p_below_floats({1.0, 0, 1e-46, 3});
   for (int i = 0; i < 50; ++i) {
     EXPECT_EQ(k1.sample(logits.data(), 5), 1);
     EXPECT_EQ(p0.sample(logits.data(), 5), 1);
+    EXPECT_EQ(p_below_floats.sample(logits.data(), 5), 1);
   }
 }
 

@@ -28,9 +28,9 @@ struct GenerateArgs {
   std::string prompt;
   int n = 64;
   bool chat = false;
-  float temperature = 0.8f;
+  double temperature = 0.8;
   int top_k = 40;
-  float top_p = 0.95f;
+  double top_p = 0.95;
   uint64_t seed = 0;
   int threads = 0;
   std::string weights = "stored";

@@ -16,9 +16,9 @@
 namespace kvscope {
 
 struct SamplerConfig {
-  float temperature = 0.8f;
+  double temperature = 0.8;
   int top_k = 40;
-  float top_p = 0.95f;
+  double top_p = 0.95;
   uint64_t seed = 0;
 };
 
