@@ -87,6 +87,9 @@ struct Heads {
 size_t paged_attention_workspace(int T, Heads h, int table_slots);  // floats
 void paged_attention(float* out, const float* q, const int* q_pos, int T, const PagedKv& kv, Heads h,
                      float* workspace);
+// Its grids put the queries on the z (slices) and y (merge) axes, which hold at most
+// 65,535: more queries than this at once are refused (kvscope::Error), before any launch.
+constexpr int kMaxPagedQueries = 65535;
 
 // Prefill attention, tiled like FlashAttention: tiles of queries against tiles of keys in
 // shared memory, never a full row of scores.                                (flash_attention.cu)

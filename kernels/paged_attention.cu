@@ -140,6 +140,9 @@ __global__ void paged_attention_merge_kernel(float* out, const float* workspace,
 void paged_attention(float* out, const float* q, const int* q_pos, int T, const PagedKv& kv, Heads h,
                      float* workspace) {
   if (h.head_dim > kMaxDimsPerLane * kWarp) throw Error("paged_attention: head_dim above 256");
+  if (T > kMaxPagedQueries)
+    throw Error("paged_attention: at most " + std::to_string(kMaxPagedQueries) + " queries at once (a grid's y and z"
+                " axes), got " + std::to_string(T));
   const int n_slices = slices(kv.table_slots);
   const float scale = 1.0f / sqrtf(float(h.head_dim));
   paged_attention_slice_kernel<<<dim3(h.n_heads, n_slices, T), kWarps * kWarp>>>(workspace, q, q_pos, kv, h, scale);

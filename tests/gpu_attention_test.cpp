@@ -315,6 +315,20 @@ TEST(GpuAttention, EagerRefusesMoreQueriesThanItsGridHolds) {
   }
 }
 
+// The same for the decode kernel, whose queries are a batch's sequences (one each).
+TEST(GpuAttention, PagedRefusesMoreQueriesThanItsGridHolds) {
+  KVSCOPE_REQUIRE_GPU();
+  const ModelConfig c = test::attention_config(1, 2, 1, 64);
+  RandomPagedCache rc(c, 20, 0, 16, 5);
+  const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
+  try {
+    cuda::paged_attention(nullptr, nullptr, nullptr, cuda::kMaxPagedQueries + 1, rc.layer(0), heads, nullptr);
+    ADD_FAILURE() << "65,536 queries were not refused";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "paged_attention: at most 65535 queries at once (a grid's y and z axes), got 65536");
+  }
+}
+
 // The kernel scores 8 keys per thread block: 280 keys fill 35 blocks, and 102 leave
 // the last block part-full, whose spare warps must score nothing.
 TEST(GpuAttention, TriAttentionKeyScoresMatchCpu) {
