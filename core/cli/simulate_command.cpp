@@ -205,8 +205,9 @@ void print_setup(const SimulateArgs& a, const SimulationConfig& c) {
               bytes(double(blocks) * c.block_size * double(c.bytes_per_token)).c_str(),
               commas(c.bytes_per_token).c_str());
   if (c.streaming)
-    std::printf("streaming: one token at a time, %s policy prunes to %d whenever %d are live; workload %s\n",
-                c.policy.c_str(), c.schedule.budget, c.schedule.round_starts_at(), c.workload.c_str());
+    std::printf("streaming: one token at a time, %s policy prunes to %s whenever %s are live; workload %s\n",
+                c.policy.c_str(), commas(c.schedule.budget).c_str(), commas(c.schedule.round_starts_at()).c_str(),
+                c.workload.c_str());
   else if (c.schedule.budget > 0)
     std::printf("one-shot: %s policy keeps %s token%s in one round; workload %s\n", c.policy.c_str(),
                 commas(c.schedule.budget).c_str(), c.schedule.budget == 1 ? "" : "s", c.workload.c_str());

@@ -120,8 +120,9 @@ int out_of_order(const SimulationResult& r) {
 
 void part2_streaming() {
   const SimulationConfig base = streaming_run("random", MemoryStrategy::HolesOnly);
-  std::printf("\nStreaming: %s tokens one at a time in blocks of %d; a round prunes to %d whenever %d are live\n",
-              commas(base.tokens).c_str(), base.block_size, base.schedule.budget, base.schedule.budget + base.schedule.slack);
+  std::printf("\nStreaming: %s tokens one at a time in blocks of %d; a round prunes to %s whenever %s are live\n",
+              commas(base.tokens).c_str(), base.block_size, commas(base.schedule.budget).c_str(),
+              commas(base.schedule.budget + base.schedule.slack).c_str());
   std::printf("(%d sinks and the %d newest always kept; Qwen3-0.6B-shaped f32 K/V, %s bytes per token; seed %llu)\n",
               base.schedule.sinks, base.schedule.recent, commas(base.bytes_per_token).c_str(),
               static_cast<unsigned long long>(base.seed));
