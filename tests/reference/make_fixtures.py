@@ -148,7 +148,9 @@ def write_queries_fixture(path, name, model, prompt):
 
 
 def main():
-    torch.set_num_threads(1)   # same summation order on every run
+    torch.set_num_threads(1)   # one summation order: two runs on one machine write the same bytes
+    # (on another CPU or BLAS the logits may differ by ~1e-5, well inside the tests' 1e-4;
+    # the ids are the same)
     os.makedirs(FIXTURES_DIR, exist_ok=True)
     results = {}
     for name in VARIANTS:
