@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/bf16.h"
+#include "model/ops.h"
 #include "model/qwen3.h"
 #include "scoped_threads.h"
 #include "sample/sampler.h"
@@ -151,6 +152,26 @@ TEST(ModelVsPyTorch, AfterEvictionReusingHoles) {
 TEST(ModelVsPyTorch, AfterEvictionAndCompaction) {
   check_after_eviction("tiny-untied", MemoryStrategy::Compact, AttentionPath::Eager);
   check_after_eviction("tiny-gqa5", MemoryStrategy::Compact, AttentionPath::Flash);
+}
+
+// RoPE at long positions against the reference (tests/fixtures/rope-long.json, from
+// make_rope_fixture.py; the model fixtures stop at position 191). Hugging Face takes the
+// angle pos x inv_freq in float32: rotating by exact (double) angles instead came out
+// 1.2e-3 off at position 40,959 and 1.1e-3 at 32,767 (that mutant run by hand), above
+// this bound from position 4,095 on; two libms' cos and sin of one float angle differ
+// by a few 1e-6.
+TEST(ModelVsPyTorch, RopeAtLongPositionsRotatesAsHuggingFace) {
+  const auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/rope-long.json")));
+  const int heads = fixture["heads"], head_dim = fixture["head_dim"];
+  const std::vector<float> x = fixture["x"].get<std::vector<float>>();
+  ASSERT_EQ(x.size(), size_t(heads) * head_dim);
+  ASSERT_FALSE(fixture["cases"].empty());
+  for (const auto& c : fixture["cases"]) {
+    std::vector<float> got = x;
+    const int pos = c["pos"];
+    rope(got.data(), heads, head_dim, pos, c["theta"].get<double>());
+    EXPECT_LE(max_abs_diff(got.data(), c["rotated"]), 1e-4f) << "theta " << c["theta"] << ", position " << pos;
+  }
 }
 
 // The queries TriAttention calibrates on (ForwardOptions::queries): after q_norm and
