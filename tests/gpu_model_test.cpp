@@ -5,6 +5,8 @@
 //              logits of a batched prefill (every position) and of 32 teacher-forced
 //              decode steps, GPU versus CPU, within 1e-4 (the bound the CPU meets
 //              against PyTorch); the eager path's prob_sums and the pre-RoPE queries too.
+//   GpuModel.AfterEviction*  the GPU after eviction against PyTorch itself (tests/after_eviction.h):
+//              holes, reuse and compaction, flash and eager, within 1e-4.
 //   GpuEngine  eviction rounds with every policy, with compaction and with hole reuse:
 //              after every step the same tokens are kept on both devices, the same
 //              bytes moved, and the next-token logits agree within 1e-4.
@@ -15,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "after_eviction.h"
 #include "cuda_backend.h"
 #include "engine/engine.h"
 #include "evict/triattention.h"
@@ -117,6 +120,16 @@ TEST(GpuModel, BundledModelMatchesCpu) {
 
 // A pool larger than the GPU's free memory is refused before anything is allocated,
 // by name and size, not as cudaMalloc's "out of memory".
+// Not only against the CPU: against PyTorch's logits after two rounds of eviction, so
+// a bug the two backends shared would still show.
+TEST(GpuModel, AfterEvictionMatchesPyTorch) {
+  KVSCOPE_REQUIRE_GPU();
+  for (MemoryStrategy strategy : {MemoryStrategy::HolesOnly, MemoryStrategy::ReuseHoles, MemoryStrategy::Compact}) {
+    test::check_after_eviction("tiny-untied", strategy, AttentionPath::Flash, cuda::make_backend);
+    test::check_after_eviction("tiny-gqa5", strategy, AttentionPath::Eager, cuda::make_backend);
+  }
+}
+
 TEST(GpuModel, APoolLargerThanTheGpuIsRefusedByName) {
   KVSCOPE_REQUIRE_GPU();
   const Model m = load_model(test::tiny_model("tiny-tied"));

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "after_eviction.h"
+#include "model/backend.h"
 #include "model/bf16.h"
 #include "model/ops.h"
 #include "model/qwen3.h"
@@ -94,51 +96,12 @@ TEST(ModelVsPyTorch, FiveQueryHeadsPerKvHead) {
   check_against_fixture("tiny-gqa5", WeightFormat::AsStored, AttentionPath::Eager);
 }
 
-// After eviction, against tests/fixtures/<name>-evicted.json (make_evicted_fixtures.py):
-// the reference deletes an evicted token's row from a cache kept in token order; the C++
-// cache leaves a hole, refills it, or slides the survivors forward. Blocks of 4, so
-// that both rounds empty some blocks and leave holes in others; under reuse round 2's
-// chunk of 6 lands in holes, out of table order. Every row compared: 12 decode steps,
-// the chunk's 6 rows, 12 more steps. A cache that numbered new tokens by the live count,
-// or masked by slot, would be whole units off.
+// After eviction, against PyTorch (tests/after_eviction.h), on the CPU backend.
+std::unique_ptr<Backend> cpu_backend(const Model& m, int num_blocks, int block_size) {
+  return std::make_unique<CpuBackend>(m, num_blocks, block_size);
+}
 void check_after_eviction(const std::string& name, MemoryStrategy strategy, AttentionPath path) {
-  SCOPED_TRACE(name + ", " + strategy_name(strategy) + (path == AttentionPath::Eager ? ", eager" : ", flash"));
-  const Model model = load_model(test::tiny_model(name));
-  const auto fixture = nlohmann::json::parse(read_file(test::source_path("tests/fixtures/" + name + "-evicted.json")));
-  const std::vector<int> prompt = fixture["prompt_ids"].get<std::vector<int>>();
-  ASSERT_EQ(fixture["rounds"].size(), 2u);
-  constexpr int kBlockSize = 4;
-  PagedKvCache cache(24, kBlockSize, strategy);  // 96 slots for the 70 tokens written
-  KvStorage kv(model.config, cache.num_blocks(), kBlockSize);
-  const int seq = cache.add_sequence();
-  RunState state;
-  ForwardOptions one, all;
-  one.attention = all.attention = path;
-  all.all_logits = true;
-  forward(model, cache, kv, seq, state, prompt.data(), int(prompt.size()), one);
-  const int vocab = model.config.vocab_size;
-  for (const auto& round : fixture["rounds"]) {
-    cache.evict(seq, round["evict"].get<std::vector<int64_t>>());
-    if (strategy == MemoryStrategy::Compact) {
-      const std::vector<Move> plan = cache.plan_compaction(seq);
-      kv.apply(plan);
-      cache.commit_compaction(seq, plan);
-    }
-    if (round.contains("chunk_ids")) {
-      const std::vector<int> chunk = round["chunk_ids"].get<std::vector<int>>();
-      const float* logits = forward(model, cache, kv, seq, state, chunk.data(), int(chunk.size()), all);
-      ASSERT_EQ(round["chunk_logits"].size(), chunk.size());
-      for (size_t t = 0; t < chunk.size(); ++t)
-        EXPECT_LE(max_abs_diff(logits + t * vocab, round["chunk_logits"][t]), kTolerance) << "chunk row " << t;
-    }
-    const std::vector<int> fed = round["decode_ids"].get<std::vector<int>>();
-    ASSERT_EQ(round["decode_logits"].size(), fed.size());
-    for (size_t step = 0; step < fed.size(); ++step) {
-      const float* logits = forward(model, cache, kv, seq, state, &fed[step], 1, one);
-      EXPECT_LE(max_abs_diff(logits, round["decode_logits"][step]), kTolerance) << "decode step " << step;
-    }
-  }
-  EXPECT_EQ(cache.sequence(seq).live, 70 - 24 - 14) << "the rounds evicted what the fixture says";
+  test::check_after_eviction(name, strategy, path, cpu_backend);
 }
 
 TEST(ModelVsPyTorch, AfterEvictionWithHoles) {
