@@ -728,6 +728,13 @@ TEST(BadInput, AnOutputThatWouldDestroyAFileIsRefused) {
   expect_one_line_error("calibrate --model '" + model + "' --text '" + text + "' --out '" + text + "'",
                         "--out " + text + " is --text, which this run reads");
   EXPECT_EQ(read_file(text), "some text to calibrate on\n");
+  // The model's held-out text, which calibrate does not read but eval and heads do
+  // (calibrate --out over it once replaced the evaluation text with a calibration).
+  const std::string heldout = model + "/heldout.txt";
+  std::ofstream(heldout) << "held-out text\n";
+  expect_one_line_error("calibrate --model '" + model + "' --text '" + text + "' --out '" + heldout + "'",
+                        "--out " + heldout + " is the model's heldout.txt, the text eval and heads read");
+  EXPECT_EQ(read_file(heldout), "held-out text\n");
   const std::string config = (dir / "config.json").string();  // simulate --trace over its --config wrote a trace there
   fs::copy_file(model + "/config.json", config);
   expect_one_line_error("simulate --tokens 100 --strategy holes --config '" + config + "' --trace '" + config + "'",

@@ -108,13 +108,18 @@ bool same_file(const std::string& a, const std::string& b) {
 void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
                          const std::string& model_dir) {
   namespace fs = std::filesystem;
+  auto ends_with = [](const std::string& s, const std::string& end) {
+    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+  };
+  std::vector<NamedPath> kept;  // the model folder's held-out text: no output goes over it, read this run or not
   std::error_code ec;
   if (!model_dir.empty())
     for (const fs::directory_entry& e : fs::directory_iterator(model_dir, ec)) {
       const std::string name = e.path().filename().string();
       if (name == "config.json" || name == "tokenizer.json" || name == "generation_config.json" ||
-          e.path().extension() == ".safetensors")
+          ends_with(name, ".safetensors") || ends_with(name, ".safetensors.index.json"))
         inputs.emplace_back("the model's " + name, e.path().string());
+      if (name == "heldout.txt") kept.emplace_back("the model's " + name, e.path().string());
     }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& [flag, path] = outputs[i];
@@ -125,6 +130,9 @@ void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<Name
     for (const auto& [name, input] : inputs)
       if (!input.empty() && same_file(path, input))
         throw Error(flag + " " + path + " is " + name + ", which this run reads: writing it would destroy it");
+    for (const auto& [name, file] : kept)
+      if (same_file(path, file))
+        throw Error(flag + " " + path + " is " + name + ", the text eval and heads read: writing it would destroy it");
   }
 }
 

@@ -42,7 +42,8 @@ void write_file_atomically(const std::string& path, const std::function<void(std
 // the second write erased the first), or an output naming a file the run reads (a
 // --trace over the model's safetensors). `outputs` and `inputs` are (flag or name,
 // path); empty paths are skipped; `model_dir`'s config, tokenizer, generation config
-// and safetensors count as inputs. kvscope::Error, before anything is written.
+// and safetensors (with their index) count as inputs, and its heldout.txt is never
+// written over either. kvscope::Error, before anything is written.
 using NamedPath = std::pair<std::string, std::string>;
 void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
                          const std::string& model_dir = "");
