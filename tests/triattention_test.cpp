@@ -482,6 +482,15 @@ TEST(TriAttention, LoadErrorsNameTheFile) {
   write_text(shorter, j.dump());
   expect_error([&] { TriCalibration::load(shorter); }, shorter, "smaller than |qbar|");
 
+  j = nlohmann::json::parse(text);  // all zero: every key would score 0 (it was read, and ran as "keep the newest")
+  for (const char* array : {"qbar_re", "qbar_im", "q_abs_mean"})
+    for (auto& layer : j[array])
+      for (auto& head : layer)
+        for (auto& band : head) band = 0.0;
+  const std::string zero = temp_file("zero.json");
+  write_text(zero, j.dump());
+  expect_error([&] { TriCalibration::load(zero); }, zero, "q_abs_mean is 0 everywhere");
+
   j = nlohmann::json::parse(text);
   j["version"] = 2;  // a later format: refused, not read as this one
   const std::string later = temp_file("later.json");

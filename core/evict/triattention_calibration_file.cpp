@@ -3,6 +3,7 @@
 // this file alone. The centres themselves: triattention_calibration.cpp.
 #include "evict/triattention_calibration.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -228,6 +229,11 @@ TriCalibration load_json(const std::string& path, const std::string& bytes, cons
           throw file_error(path, "q_abs_mean[" + std::to_string(l) + "][" + std::to_string(h) + "][" +
                                      std::to_string(f) + "] is smaller than |qbar| there: not a mean of lengths");
       }
+  // All zero passes the check above, and would score every key 0: TriAttention would
+  // quietly become "keep the newest" (ties go to them).
+  if (std::all_of(c.q_abs_mean.begin(), c.q_abs_mean.end(), [](float x) { return x == 0; }))
+    throw file_error(path, "q_abs_mean is 0 everywhere: no query had any length there, so every key would score 0; "
+                           "not a calibration");
   return c;
 }
 }  // namespace
