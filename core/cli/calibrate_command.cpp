@@ -9,6 +9,7 @@
 // layer, how concentrated the query directions are (mean |qbar_f| / m_f: 1 when
 // every query of a head points the same way in a band, near 0 when they cancel),
 // and the ratio that queries pointing every way would give over as many tokens.
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -77,17 +78,20 @@ void run_calibrate(const CalibrateArgs& a) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw file_error(a.text, "the text is empty");
   check_model_present(a.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // before the weights: it fails fast
-  if (tokenizer.encode(text).empty()) throw file_error(a.text, "the text gives no tokens");
+  const std::vector<int> ids = tokenizer.encode(text);
+  if (ids.empty()) throw file_error(a.text, "the text gives no tokens");
   Model model = load_model(a.model_dir);
   print_warnings(model.warnings);
-  std::vector<int> tokens = tokenizer.with_special_tokens(tokenizer.encode(text));  // as the model reads a prompt
+  std::vector<int> tokens = tokenizer.with_special_tokens(ids);  // as the model reads a prompt
   const size_t in_text = tokens.size();
   if (a.max_tokens > 0 && tokens.size() > size_t(a.max_tokens)) tokens.resize(size_t(a.max_tokens));
 
   CalibrateOptions options;
   options.chunk = a.chunk;
   const double t0 = now_seconds();
+  const bool bar = isatty(STDERR_FILENO);  // a progress line for people, not for logs (as eval)
   options.progress = [&](int64_t done, int64_t total) {
+    if (!bar) return;
     const double dt = now_seconds() - t0;
     std::fprintf(stderr, "\rcalibrate: %lld / %lld tokens (%.0f%%), %.1f tokens/s   ", (long long)done,
                  (long long)total, 100.0 * double(done) / double(total), dt > 0 ? double(done) / dt : 0.0);
