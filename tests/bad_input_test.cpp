@@ -148,8 +148,8 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   // A budget whose first round never comes: the row was the full cache's under another name.
   expect_one_line_error("eval --windows 1 --context 64 --keep 0.9",
                         "eval: keeping 0.9 of the 64-token context is 58 tokens, and a round starts at 58 + 16 (--slack) "
-                        "= 74 live tokens, more than the context: nothing would be evicted; lower --keep or --slack, "
-                        "or raise --context");
+                        "= 74 live tokens, not before the context ends: no scored prediction would follow an eviction; "
+                        "lower --keep or --slack, or raise --context");
   // eval's budgets come from --keep x --context: the message says so, not "budget 6".
   expect_one_line_error("eval --windows 1 --context 64",
                         "eval: keeping 0.1 of the 64-token context is 6 tokens, fewer than the protected 4 sinks + 32 "

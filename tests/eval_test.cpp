@@ -28,6 +28,10 @@ std::vector<std::vector<int>> random_windows(int n, int length, int vocab, uint6
   return w;
 }
 
+// A window (random_windows' seed) whose evicted greedy continuation in
+// ARowIsItsDefinitionWorkedOutByHand agrees with the full cache's, parts, and agrees again.
+constexpr uint64_t kPartlyMatchingSeed = 12;
+
 EvalSettings small_settings() {
   EvalSettings s;
   s.context = 160;
@@ -67,6 +71,7 @@ TEST(Eval, FullCacheRowIsTheReferenceAndEveryRowIsFilled) {
 struct Forced {
   std::vector<std::vector<float>> logits;  // [context][vocab]
   std::vector<int> greedy;                 // [continuation]
+  SequenceStats at_end;                    // the cache when the window's last token is in
 };
 
 Forced force(const Model& m, const EngineConfig& c, const std::vector<int>& window, int context, int continuation) {
@@ -79,6 +84,7 @@ Forced force(const Model& m, const EngineConfig& c, const std::vector<int>& wind
     f.logits.emplace_back(l, l + vocab);
     if (i + 1 == context) break;
   }
+  f.at_end = e.stats(seq);
   for (int g = 0; g < continuation; ++g) {
     f.greedy.push_back(int(std::max_element(l, l + vocab) - l));
     if (g + 1 < continuation) l = e.decode(seq, f.greedy.back());
@@ -87,56 +93,76 @@ Forced force(const Model& m, const EngineConfig& c, const std::vector<int>& wind
 }
 
 TEST(Eval, ARowIsItsDefinitionWorkedOutByHand) {
-  // One window, streaming at 30%: perplexity over the second half of the context
-  // (the logits after token i predict token i + 1), top-1 agreement with the full
-  // cache at those positions, greedy tokens equal to the full cache's up to the
-  // first difference. Worked out here from the engine's logits, with p = e^l / sum e^l.
+  // Two windows, streaming at 30%: perplexity over the second half of each context
+  // (the logits after token i predict token i + 1) and over both windows' tokens
+  // together, top-1 agreement with the full cache at those positions, greedy tokens
+  // equal to the full cache's up to the first difference, evicted fraction and blocks
+  // freed at each window's end; all but perplexity averaged over the windows. Worked
+  // out here from the engine's logits, with p = e^l / sum e^l.
   const Model m = load_model(test::tiny_model("tiny-tied"));
   EvalSettings s = small_settings();
   s.policies = {"streaming"};
   s.keep = {0.3};
-  const std::vector<int> window = random_windows(1, s.context + 1, 300, 4)[0];
-  const EvalReport r = evaluate(m, {window}, s);
+  const std::vector<std::vector<int>> windows = {random_windows(1, s.context + 1, 300, 4)[0],
+                                                 random_windows(1, s.context + 1, 300, kPartlyMatchingSeed)[0]};
+  const EvalReport r = evaluate(m, windows, s);
   ASSERT_EQ(r.rows.size(), 2u);
+  ASSERT_EQ(r.windows, 2);
 
   EngineConfig c;
   c.block_size = s.block_size;
   c.num_blocks = 64;
-  const Forced full = force(m, c, window, s.context, s.continuation);
-  c.strategy = MemoryStrategy::Compact;
-  c.schedule = {48, s.slack, s.sinks, s.recent};  // 30% of 160
-  c.policy = policy_factory("streaming", s.seed, "", m.config);
-  const Forced evicted = force(m, c, window, s.context, s.continuation);
-
+  EngineConfig ce = c;
+  ce.strategy = MemoryStrategy::Compact;
+  ce.schedule = {48, s.slack, s.sinks, s.recent};  // 30% of 160
+  ce.policy = policy_factory("streaming", s.seed, "", m.config);
   const auto top1 = [](const std::vector<float>& l) { return std::max_element(l.begin(), l.end()) - l.begin(); };
-  double nll_full = 0, nll_evicted = 0, same_top1 = 0;
+  double nll_full = 0, nll_evicted = 0, same_top1 = 0, greedy = 0, evicted_fraction = 0, freed = 0;
   int scored = 0;
-  for (int i = s.context / 2 - 1; i < s.context; ++i, ++scored) {
-    const int next = window[size_t(i) + 1];
-    for (auto [run, nll] : {std::pair{&full, &nll_full}, std::pair{&evicted, &nll_evicted}}) {
-      double sum = 0;
-      for (float x : run->logits[size_t(i)]) sum += std::exp(double(x));
-      *nll -= std::log(std::exp(double(run->logits[size_t(i)][size_t(next)])) / sum);
+  std::vector<int> greedy_prefix, greedy_anywhere;
+  for (const std::vector<int>& window : windows) {
+    const Forced full = force(m, c, window, s.context, s.continuation);
+    const Forced evicted = force(m, ce, window, s.context, s.continuation);
+    for (int i = s.context / 2 - 1; i < s.context; ++i, ++scored) {
+      const int next = window[size_t(i) + 1];
+      for (auto [run, nll] : {std::pair{&full, &nll_full}, std::pair{&evicted, &nll_evicted}}) {
+        double sum = 0;
+        for (float x : run->logits[size_t(i)]) sum += std::exp(double(x));
+        *nll -= std::log(std::exp(double(run->logits[size_t(i)][size_t(next)])) / sum);
+      }
+      same_top1 += top1(full.logits[size_t(i)]) == top1(evicted.logits[size_t(i)]);
     }
-    same_top1 += top1(full.logits[size_t(i)]) == top1(evicted.logits[size_t(i)]);
+    int same = 0, anywhere = 0;
+    while (same < s.continuation && evicted.greedy[size_t(same)] == full.greedy[size_t(same)]) ++same;
+    for (int g = 0; g < s.continuation; ++g) anywhere += evicted.greedy[size_t(g)] == full.greedy[size_t(g)];
+    greedy_prefix.push_back(same);
+    greedy_anywhere.push_back(anywhere);
+    greedy += double(same) / s.continuation / 2;
+    evicted_fraction += evicted.at_end.evicted_fraction() / 2;
+    freed += evicted.at_end.blocks_freed_fraction() / 2;
   }
-  int same_greedy = 0;
-  while (same_greedy < s.continuation && evicted.greedy[size_t(same_greedy)] == full.greedy[size_t(same_greedy)])
-    ++same_greedy;
 
-  EXPECT_EQ(scored, 81);
+  EXPECT_EQ(scored, 2 * 81);
   EXPECT_NEAR(r.rows[0].perplexity, std::exp(nll_full / scored), 1e-9 * r.rows[0].perplexity);
   EXPECT_EQ(r.rows[0].top1_agreement, 1.0);
   EXPECT_EQ(r.rows[0].greedy_match, 1.0);
+  EXPECT_EQ(r.rows[0].evicted, 0.0);
   EXPECT_EQ(r.rows[1].budget, 48);
   EXPECT_NEAR(r.rows[1].perplexity, std::exp(nll_evicted / scored), 1e-9 * r.rows[1].perplexity);
   EXPECT_DOUBLE_EQ(r.rows[1].top1_agreement, same_top1 / scored);
-  EXPECT_DOUBLE_EQ(r.rows[1].greedy_match, double(same_greedy) / s.continuation);
-  // Eviction changed something, or nothing here would be tested.
+  EXPECT_DOUBLE_EQ(r.rows[1].greedy_match, greedy);
+  EXPECT_DOUBLE_EQ(r.rows[1].evicted, evicted_fraction);
+  EXPECT_DOUBLE_EQ(r.rows[1].blocks_freed_compact, freed);
+  // Eviction changed something, or nothing here would be tested; and the second
+  // window's greedy tokens agree, part and agree again, so a count of the matches
+  // would not pass for the prefix.
   EXPECT_NE(r.rows[1].perplexity, r.rows[0].perplexity);
   EXPECT_LT(same_top1, scored);
-  std::printf("perplexity %.4f (full %.4f), top-1 %g of %d, greedy %d of %d\n", r.rows[1].perplexity,
-              r.rows[0].perplexity, same_top1, scored, same_greedy, s.continuation);
+  EXPECT_GT(greedy_prefix[1], 0);
+  EXPECT_GT(greedy_anywhere[1], greedy_prefix[1]);
+  std::printf("perplexity %.4f (full %.4f), top-1 %g of %d, greedy %d and %d of %d, evicted %.3f\n",
+              r.rows[1].perplexity, r.rows[0].perplexity, same_top1, scored, greedy_prefix[0], greedy_prefix[1],
+              s.continuation, evicted_fraction);
 }
 
 TEST(Eval, StreamingKeepsWholeBlocksSoHolesFreeAsMuchAsCompaction) {
@@ -199,6 +225,23 @@ std::string refusal(const Model& m, const std::vector<std::vector<int>>& windows
   }
 }
 
+// Each window draws its own random evictions: a copy of the random policy's factory
+// started its count again, and every window evicted the same positions (the random row
+// was one draw, 15 times). Two copies of one window must then give two different runs.
+TEST(Eval, TheRandomPolicyDrawsAfreshInEveryWindow) {
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  EvalSettings s = small_settings();
+  s.policies = {"random"};
+  s.keep = {0.3};
+  const std::vector<int> window = random_windows(1, s.context + 1, 300, 5)[0];
+  const EvalReport once = evaluate(m, {window}, s), twice = evaluate(m, {window, window}, s);
+  ASSERT_EQ(once.rows.size(), 2u);
+  ASSERT_EQ(twice.rows.size(), 2u);
+  const auto apart = [](double a, double b) { return std::abs(a / b - 1); };  // the mean of two equal sums rounds
+  EXPECT_LT(apart(once.rows[0].perplexity, twice.rows[0].perplexity), 1e-12) << "the full cache differs on a copy";
+  EXPECT_GT(apart(once.rows[1].perplexity, twice.rows[1].perplexity), 1e-6) << "the copy evicted the same positions";
+}
+
 TEST(Eval, RefusesBadSettingsWithAMessage) {
   const Model m = load_model(test::tiny_model("tiny-tied"));
   EvalSettings s = small_settings();
@@ -212,9 +255,16 @@ TEST(Eval, RefusesBadSettingsWithAMessage) {
   s.keep = {0.05};   // 8 tokens < sinks + recent
   expect_refused(w, "is 8 tokens, fewer than the protected 4 sinks + 16 recent");
   s.keep = {0.97};   // 155 + 8 slack > 160: no round would come within the context
-  expect_refused(w, "a round starts at 155 + 8 (--slack) = 163 live tokens, more than the context");
-  s.keep = {0.9};    // 144 + 8 <= 160: one round
+  expect_refused(w, "a round starts at 155 + 8 (--slack) = 163 live tokens, not before the context ends");
+  s.keep = {0.95};   // 152 + 8 = 160: the round comes after the last prediction (once let through)
+  expect_refused(w, "a round starts at 152 + 8 (--slack) = 160 live tokens, not before the context ends");
+  s.keep = {0.9};    // 144 + 8 < 160: one round
   EXPECT_NO_THROW(check_eval_settings(s, m.config.max_position_embeddings));
+  s.keep = {0.001};  // 0 tokens: a budget of 0 is "never evict" (it ran the full cache under the policy's name)
+  s.sinks = s.recent = 0;
+  expect_refused(w, "eval: keeping 0.001 of the 160-token context is 0 tokens: raise --keep or --context");
+  s.sinks = 4;
+  s.recent = 16;
   s = small_settings();
   s.policies = {"triattention"};   // no calibration file
   expect_refused(w, "eval: policy triattention needs a calibration file");

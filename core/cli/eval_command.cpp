@@ -38,6 +38,21 @@ struct EvalArgs {
   EvalSettings settings;
 };
 
+int scored_from(const EvalSettings& s) { return s.scored_from < 0 ? s.context / 2 : s.scored_from; }
+
+bool runs(const EvalSettings& s, const std::string& policy) {
+  return std::find(s.policies.begin(), s.policies.end(), policy) != s.policies.end();
+}
+
+// What the policies that need more than the schedule ran with: TriAttention's calibration
+// and the random policy's seed ("" when neither runs).
+std::string policy_inputs(const EvalSettings& s) {
+  std::string line;
+  if (runs(s, "triattention")) line = "triattention calibrated by " + shown_path(s.calibration);
+  if (runs(s, "random")) line += (line.empty() ? "" : "; ") + std::string("random seed ") + std::to_string(s.seed);
+  return line;
+}
+
 nlohmann::json to_json(const EvalReport& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const EvalRow& x : r.rows)
@@ -49,10 +64,14 @@ nlohmann::json to_json(const EvalReport& r) {
   return {{"windows", r.windows},
           {"context", s.context},
           {"continuation", s.continuation},
+          {"scored_from", scored_from(s)},
           {"block_size", s.block_size},
           {"slack", s.slack},
           {"sinks", s.sinks},
           {"recent", s.recent},
+          {"policies", s.policies},
+          {"seed", s.seed},
+          {"calibration", s.calibration},
           {"rows", rows}};
 }
 
@@ -64,8 +83,7 @@ void run_eval(EvalArgs a) {
   check_outputs_apart({{"--json", a.json}}, {{"--text", a.text}, calibration_read(a.calibration, a.model_dir)},
                       a.model_dir);
   if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it
-  const std::vector<std::string>& policies = a.settings.policies;
-  if (!a.calibration.empty() && std::find(policies.begin(), policies.end(), "triattention") == policies.end())
+  if (!a.calibration.empty() && !runs(a.settings, "triattention"))
     throw Error("--calibration is for the triattention policy, and --policies leaves it out");
   check_model_present(a.model_dir);
   EvalSettings& s = a.settings;
@@ -89,12 +107,12 @@ void run_eval(EvalArgs a) {
 
   std::printf("kvscope eval: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
   std::printf("%s of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; greedy match over %s\n",
-              plural(report.windows, "window").c_str(), s.context, s.scored_from < 0 ? s.context / 2 : s.scored_from,
-              plural(s.continuation, "token").c_str());
+              plural(report.windows, "window").c_str(), s.context, scored_from(s), plural(s.continuation, "token").c_str());
   if (a.windows > report.windows)
     std::printf("%s\n", fewer_windows_note(a.windows, report.windows).c_str());
-  std::printf("block size %d, rounds at budget + %d, sinks %d, recent %d\n\n", s.block_size, s.slack, s.sinks,
-              s.recent);
+  std::printf("block size %d, rounds at budget + %d, sinks %d, recent %d\n", s.block_size, s.slack, s.sinks, s.recent);
+  if (const std::string inputs = policy_inputs(s); !inputs.empty()) std::printf("%s\n", inputs.c_str());
+  std::printf("\n");
   std::fputs(markdown_table(report).c_str(), stdout);
   if (!a.json.empty()) {
     write_file_atomically(a.json, [&](std::ostream& out) { out << to_json(report).dump(1) << "\n"; });

@@ -3,11 +3,12 @@
 //   kvscope heads [--model DIR] [--text FILE] [--length 512] [--from 256] [--windows 4]
 //
 // Prints, per layer and query head, the attention that goes to the first tokens
-// (sinks), to the newest ones (local) and, of the rest, the share taken by the top
-// 10% of keys (heavy hitters): the structure that StreamingLLM, H2O and SnapKV bet
-// on. The definitions are in core/eval/heads.h. A head is labelled "sink" or
-// "local" when they take at least half of its attention, "heavy hitters" when the
-// top 10% of the other keys take at least half of the rest, else "spread".
+// (sinks), to the newest ones (local) and, of the attention to the middle keys
+// (sinks to from - recent - 1: neither for any query measured), the share taken by
+// their top 10% (heavy hitters): the structure that StreamingLLM, H2O and SnapKV bet
+// on. The definitions are in core/eval/heads.h. A head is labelled, in this order,
+// "sink" or "local" when they take at least half of its attention, "heavy hitters"
+// when the middle keys' top 10% take at least half of theirs, else "spread".
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -67,8 +68,9 @@ void run_heads(const HeadsArgs& a) {
   if (int(windows.size()) < a.windows)
     std::printf("%s\n", fewer_windows_note(a.windows, int(windows.size())).c_str());
   std::printf("\n");
-  std::printf("| layer | head | sink (first %d) | local (newest %d) | heavy (top 10%% of the rest) | role |\n",
-              s.sinks, s.recent);
+  // Middle keys: those no measured query counts as a sink or local (core/eval/heads.h).
+  std::printf("| layer | head | sink (first %d) | local (newest %d) | heavy (top 10%% of keys %d..%d) | role |\n",
+              s.sinks, s.recent, s.sinks, s.from - s.recent - 1);
   std::printf("|---:|---:|---:|---:|---:|---|\n");
   int sinks = 0, locals = 0, heavies = 0;
   for (int l = 0; l < c.num_layers; ++l)
@@ -85,7 +87,8 @@ void run_heads(const HeadsArgs& a) {
   const int n = c.num_layers * c.num_heads;
   std::printf("%d of %d heads give half their attention or more to the first %s, %d to the newest %d;\n", sinks, n,
               tokens(s.sinks).c_str(), locals, s.recent);
-  std::printf("in %d of them, the top 10%% of the other keys take half or more of the rest.\n", heavies);
+  std::printf("in %d of the %d, the top 10%% of keys %d..%d take half or more of the attention those keys get.\n",
+              heavies, n, s.sinks, s.from - s.recent - 1);
 }
 
 }  // namespace

@@ -148,19 +148,25 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
   for (double k : s.keep) {
     if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be above 0 and below 1 (got " + number_text(k) + ")");
     const EvictionSchedule schedule = schedule_for(k, s);
+    if (schedule.budget < 1)  // budget 0 means "never evict": the row would be the full cache's
+      throw Error("eval: keeping " + number_text(k) + " of the " + std::to_string(s.context) +
+                  "-token context is 0 tokens: raise --keep or --context");
     if (schedule.budget < int64_t(s.sinks) + s.recent)  // the budget is the user's only through --keep and --context
       throw Error("eval: keeping " + number_text(k) + " of the " + std::to_string(s.context) + "-token context is " +
                   plural(schedule.budget, "token") + ", fewer than the protected " + std::to_string(s.sinks) +
                   " sinks + " + std::to_string(s.recent) + " recent: raise --keep or --context, or lower --sinks and --recent");
     schedule.validate();
     for (const std::string& policy : s.policies) check_budget_holds_the_window(policy, schedule);
-    const int first_round = schedule.round_starts_at();  // live tokens when the first round starts
-    if (first_round > s.context)  // the row would be the full cache's under another name
+    // Live tokens when the first round starts. At the context's length or more, that
+    // round comes after the window's last prediction: the row's perplexity and top-1
+    // would be the full cache's under another name.
+    const int first_round = schedule.round_starts_at();
+    if (first_round >= s.context)
       throw Error("eval: keeping " + number_text(k) + " of the " + std::to_string(s.context) + "-token context is " +
                   plural(schedule.budget, "token") + ", and a round starts at " + std::to_string(schedule.budget) +
                   " + " + std::to_string(s.slack) + " (--slack) = " + std::to_string(first_round) +
-                  " live tokens, more than the context: nothing would be evicted; lower --keep or --slack, or raise "
-                  "--context");
+                  " live tokens, not before the context ends: no scored prediction would follow an eviction; lower "
+                  "--keep or --slack, or raise --context");
   }
 }
 
@@ -190,16 +196,22 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
     add_quality(full_totals, full, full, s.continuation);
     if (progress) progress(++done, total);
 
-    // The oracle knows this window's future: the text, then the full cache's continuation.
+    // The oracle knows this window's future: the text, then the full cache's continuation
+    // (recorded only when it runs: one more eager pass over the window).
     std::vector<int> future(window.begin() + 1, window.begin() + s.context);
     future.insert(future.end(), full.greedy.begin(), full.greedy.end());
-    const FutureAttention oracle = record_future_attention(model, {window[0]}, future);
+    const bool with_oracle = std::find(s.policies.begin(), s.policies.end(), "oracle") != s.policies.end();
+    const FutureAttention oracle =
+        with_oracle ? record_future_attention(model, {window[0]}, future) : FutureAttention(0, {});
 
     for (int p = 0; p < n_policies; ++p) {
       for (int k = 0; k < n_keep; ++k) {
         EngineConfig config = base;
         config.schedule = schedules[k];
-        config.policy = factories[p] ? factories[p] : [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
+        // The factory itself, not a copy: a copy starts its count again, and the random
+        // policy drew the same positions in every window (one draw, copied 15 times).
+        config.policy = factories[p] ? PolicyFactory([&factory = factories[p]] { return factory(); })
+                                     : [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
         Totals& t = totals[size_t(p) * n_keep + k];
         config.strategy = MemoryStrategy::Compact;
         EventLog events;

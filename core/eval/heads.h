@@ -5,13 +5,15 @@
 //
 //   sink   = sum of a(q, p) over the first `sinks` positions p      (attention sinks)
 //   local  = sum of a(q, p) over the newest `recent` positions       (local heads)
-//   heavy  = of the attention to the other (middle) keys, the share that the top
+//   heavy  = of the attention to the middle keys, [sinks, from - recent), which
+//            no query measured counts as sink or local, the share that the top
 //            10% of them by total received attention get             (heavy hitters)
 //
 // sink and local averaged over queries; heavy from each window's totals (the
 // attention every middle key received from all its queries), averaged over
 // windows. A head that spread its attention evenly would have
-// sink = sinks/q, local = recent/q and heavy = 10%.
+// sink = sinks/q, local = recent/q and heavy = 10%. That baseline ignores distance:
+// a head that only favoured nearer keys would score above 10% on heavy too.
 #pragma once
 
 #include <vector>
