@@ -155,6 +155,25 @@ TEST(Sampler, TopKAndTopPCutTheTail) {
   EXPECT_NEAR(second_p / double(n), share, 0.04);
 }
 
+// Ties: the lower id first, as PyTorch's argmax. Four equal logits at top_p 0.5: the
+// first two reach exactly half the mass, so the nucleus is ids 0 and 1 (">" instead of
+// ">=" would let id 2 in), drawn half and half (a draw scaled by all four's mass, not
+// the kept two's, would give id 1 three quarters).
+TEST(Sampler, TiesGoToTheLowerIdAndTheNucleusMayEndExactlyAtTopP) {
+  EXPECT_EQ(argmax(std::vector<float>{1.0f, 3.0f, 3.0f}.data(), 3), 1);
+  const std::vector<float> even = {0.0f, 0.0f, 0.0f, 0.0f};
+  Sampler k1({1.0, 1, 1.0, 7}), half({1.0, 0, 0.5, 8});
+  const int n = 2000;
+  int second = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(k1.sample(even.data(), 4), 0);
+    const int id = half.sample(even.data(), 4);
+    ASSERT_LT(id, 2) << "outside the nucleus";
+    second += id == 1;
+  }
+  EXPECT_NEAR(second / double(n), 0.5, 0.04);  // standard error 0.011
+}
+
 TEST(Sampler, RejectsBadSettings) {
   EXPECT_THROW(Sampler({-1.0f, 0, 1.0f, 0}), Error);
   EXPECT_THROW(Sampler({1.0f, -3, 1.0f, 0}), Error);

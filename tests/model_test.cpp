@@ -137,6 +137,24 @@ TEST(ModelVsPyTorch, RopeAtLongPositionsRotatesAsHuggingFace) {
   }
 }
 
+// RMSNorm is x / sqrt(mean(x^2) + eps) * w, with eps inside the root: a row of zeros
+// gives zeros, not 0/0, and eps = 1 on a row of ones halves its mean square's root.
+// (Only the bundled model's fixture noticed eps dropped; the tiny ones never come near 0.)
+TEST(Ops, RmsNormPutsEpsUnderTheRoot) {
+  const float x[] = {0, 0, 0, 0, 1, 1, 1, 1, 3, -4, 0, 0};  // [3 rows, 4]
+  const float w[] = {1, 2, 1, 0.5f};
+  float out[12];
+  rmsnorm(out, x, w, 3, 4, 1.0f);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], 0.0f) << i;
+  const float ones = 1 / std::sqrt(1.0f + 1.0f);  // mean square 1, eps 1
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(out[4 + i], ones * w[i]) << i;
+  const float third = 1 / std::sqrt(25.0f / 4 + 1.0f);
+  EXPECT_FLOAT_EQ(out[8], 3 * third);
+  EXPECT_FLOAT_EQ(out[9], -8 * third);
+  rmsnorm(out, x, w, 1, 4, 1e-6f);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], 0.0f) << "eps 1e-6, " << i;
+}
+
 // The queries TriAttention calibrates on (ForwardOptions::queries): after q_norm and
 // before RoPE, against the reference's (tests/fixtures/tiny-tied-queries.json). Taken
 // after RoPE, or before q_norm, they would differ by far more than the tolerance.
