@@ -309,6 +309,29 @@ TEST(TriAttention, PolicyScoresAggregateTheDirectScores) {
   EXPECT_THROW(wrong.scores(ctx), Error);
 }
 
+// A query head whose calibration is zero scores every key 0: its z-normalised scores
+// are zeros (sd 0), not 0/0. Without that guard each key scored NaN and the round
+// was refused ("scored NaN"). Head 0, the first of its group: std::max(m, NaN) keeps
+// m, so a NaN in a later head of the group would not show.
+TEST(TriAttention, AHeadThatScoresEveryKeyAlikeAddsZerosNotNaN) {
+  const Model& m = tiny();
+  const ModelConfig& c = m.config;
+  TriCalibration cal = tiny_calibration();
+  for (int l = 0; l < c.num_layers; ++l)
+    for (int f = 0; f < cal.bands(); ++f) {
+      const size_t i = cal.index(l, 0, f);  // query head 0 of every layer, first of its group
+      cal.qbar_re[i] = cal.qbar_im[i] = cal.q_abs_mean[i] = 0;
+    }
+  Filled filled(m, some_tokens(70, c.vocab_size, 5));
+  const LiveSlots live = live_slots(filled.cache, filled.seq);
+  const ScoreContext ctx{live.pos, 70, &c, &filled.kv, &live};
+  const std::vector<float> got = TriAttentionPolicy(std::make_shared<TriCalibration>(cal)).scores(ctx);
+  ASSERT_EQ(got.size(), live.pos.size());
+  for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(std::isfinite(got[j])) << "position " << live.pos[j];
+  EXPECT_NE(*std::min_element(got.begin(), got.end()), *std::max_element(got.begin(), got.end()))
+      << "the other heads still rank the keys";
+}
+
 // ---------------------------------------------------------------------------
 // (b) Calibration
 // ---------------------------------------------------------------------------
