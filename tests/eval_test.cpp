@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "eval/eval.h"
 #include "eval/heads.h"
+#include "evict/oracle.h"
 #include "evict/policy.h"
 #include "sample/sampler.h"
 #include "test_paths.h"
@@ -163,6 +164,41 @@ TEST(Eval, ARowIsItsDefinitionWorkedOutByHand) {
   std::printf("perplexity %.4f (full %.4f), top-1 %g of %d, greedy %d and %d of %d, evicted %.3f\n",
               r.rows[1].perplexity, r.rows[0].perplexity, same_top1, scored, greedy_prefix[0], greedy_prefix[1],
               s.continuation, evicted_fraction);
+}
+
+// The oracle's future is the window after its first token, then the full cache's
+// greedy continuation: built here from those pieces, the row must be eval's own (a
+// future shifted by one token moved the bundled model's oracle rows by under 1%).
+TEST(Eval, TheOracleReadsTheWindowsFutureAndTheFullCachesContinuation) {
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  EvalSettings s = small_settings();
+  s.policies = {"oracle"};
+  s.keep = {0.3};
+  const std::vector<int> window = random_windows(1, s.context + 1, 300, 6)[0];
+  const EvalReport r = evaluate(m, {window}, s);
+  ASSERT_EQ(r.rows.size(), 2u);
+
+  EngineConfig c;
+  c.block_size = s.block_size;
+  c.num_blocks = 64;
+  const Forced full = force(m, c, window, s.context, s.continuation);
+  std::vector<int> future(window.begin() + 1, window.begin() + s.context);
+  future.insert(future.end(), full.greedy.begin(), full.greedy.end());
+  const FutureAttention oracle = record_future_attention(m, {window[0]}, future);
+  c.strategy = MemoryStrategy::Compact;
+  c.schedule = {48, s.slack, s.sinks, s.recent};
+  c.policy = [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
+  const Forced evicted = force(m, c, window, s.context, s.continuation);
+  double nll = 0;
+  int scored = 0;
+  for (int i = s.context / 2 - 1; i < s.context; ++i, ++scored) {
+    const std::vector<float>& l = evicted.logits[size_t(i)];
+    double sum = 0;
+    for (float x : l) sum += std::exp(double(x));
+    nll -= std::log(std::exp(double(l[size_t(window[size_t(i) + 1])])) / sum);
+  }
+  EXPECT_NEAR(r.rows[1].perplexity, std::exp(nll / scored), 1e-9 * r.rows[1].perplexity);
+  EXPECT_DOUBLE_EQ(r.rows[1].evicted, evicted.at_end.evicted_fraction());
 }
 
 TEST(Eval, StreamingKeepsWholeBlocksSoHolesFreeAsMuchAsCompaction) {
