@@ -13,6 +13,7 @@
 #include "eval/heads.h"
 #include "evict/oracle.h"
 #include "evict/policy.h"
+#include "model/qwen3.h"
 #include "sample/sampler.h"
 #include "test_paths.h"
 #include "util/error.h"
@@ -337,6 +338,61 @@ TEST(Heads, SharesAreFractionsOfEachQuerysAttention) {
     EXPECT_LT(h.sink + h.local, 1.0 + 1e-6);
     EXPECT_GE(h.heavy, even - 1e-6);   // the top 10% of keys hold at least their count's share
     EXPECT_LE(h.heavy, 1.0 + 1e-6);
+  }
+}
+
+// The three columns from their definitions (core/eval/heads.h), summed here from each
+// query's attention row: sink over positions [0, 4), local over the newest 32 up to
+// the query itself, heavy the share of the 28 middle keys [4, 32) that their top 2
+// take in a window, averaged over the two windows. (The bounds-only test above passed
+// a sink range of 5, a local window of 33, a middle range one short and an unaveraged
+// heavy column.)
+TEST(Heads, StatsAreTheirDefinitionWorkedOutByHand) {
+  const Model m = load_model(test::tiny_model("tiny-tied"));
+  const ModelConfig& c = m.config;
+  HeadSettings s;
+  s.from = 64;
+  const int length = 96, heads = c.num_layers * c.num_heads;
+  const auto windows = random_windows(2, length, 300, 7);
+  const std::vector<HeadStats> got = head_stats(m, windows, s);
+  ASSERT_EQ(got.size(), size_t(heads));
+
+  std::vector<HeadStats> want(static_cast<size_t>(heads));
+  for (const std::vector<int>& w : windows) {
+    PagedKvCache cache(8, 16, MemoryStrategy::HolesOnly);  // 128 slots: slot j holds position j
+    KvStorage kv(c, cache.num_blocks(), 16);
+    const int seq = cache.add_sequence();
+    RunState state;
+    forward(m, cache, kv, seq, state, w.data(), s.from);
+    std::vector<float> row;
+    ForwardOptions eager;
+    eager.attention = AttentionPath::Eager;
+    eager.prob_sums = &row;
+    std::vector<std::vector<double>> middle(size_t(heads), std::vector<double>(28, 0.0));
+    for (int q = s.from; q < length; ++q) {
+      forward(m, cache, kv, seq, state, &w[size_t(q)], 1, eager);
+      const size_t table = row.size() / size_t(heads);
+      for (int h = 0; h < heads; ++h) {
+        const float* a = row.data() + size_t(h) * table;
+        for (int p = 0; p <= q; ++p) {
+          if (p < 4) want[h].sink += a[p] / (2 * 32.0);      // 2 windows x 32 queries
+          if (p > q - 32) want[h].local += a[p] / (2 * 32.0);
+          if (p >= 4 && p < 32) middle[h][size_t(p - 4)] += a[p];
+        }
+      }
+    }
+    for (int h = 0; h < heads; ++h) {
+      std::vector<double> sorted = middle[h];
+      std::sort(sorted.begin(), sorted.end());
+      double total = 0;
+      for (double x : sorted) total += x;
+      want[h].heavy += (sorted[27] + sorted[26]) / total / 2;
+    }
+  }
+  for (int h = 0; h < heads; ++h) {
+    EXPECT_NEAR(got[h].sink, want[h].sink, 1e-9) << "head " << h;
+    EXPECT_NEAR(got[h].local, want[h].local, 1e-9) << "head " << h;
+    EXPECT_NEAR(got[h].heavy, want[h].heavy, 1e-9) << "head " << h;
   }
 }
 
