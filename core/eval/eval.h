@@ -17,6 +17,13 @@
 // its writes and evictions, replayed on a cache that leaves holes, give the
 // holes-only blocks. Numbers are averaged over windows (perplexity: over all
 // scored tokens).
+//
+// Two things a reader of the table should know. H2O and SnapKV run the eager
+// attention path (they need the probabilities), whose sums round differently from
+// the flash path's: before their first round their logits already differ from the
+// full cache's in the last bits, which can flip a near-tied top-1. And a row's
+// first round comes at budget + slack live tokens: where that is past scored_from
+// (the 50% rows by default: 528 > 512), the first predictions scored saw no eviction.
 #pragma once
 
 #include <functional>
