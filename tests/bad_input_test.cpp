@@ -365,6 +365,29 @@ TEST(BadInput, ABudgetBelowSnapKVsWindowIsRefused) {
                         "eviction budget 20 is smaller than the tokens snapkv protects");
 }
 
+// A calibration of another checkpoint of the same shape loads without complaint, and
+// one made from the text eval scores has seen it: both are said, and the run goes on.
+TEST(BadInput, ACalibrationOfAnotherModelOrOfTheScoredTextIsAWarning) {
+  const std::string tied = test::tiny_model("tiny-tied"), untied = test::tiny_model("tiny-untied");
+  const std::string text = test::source_path("README.md"), out = test::binary_path("calibration_of_tied.json");
+  ASSERT_EQ(run_kvscope("calibrate --model '" + tied + "' --text '" + text + "' --max-tokens 200 --out '" + out + "'")
+                .code, 0);
+  const std::string evict = " --budget 16 --slack 4 --sinks 1 --recent 4 --policy triattention --calibration '" + out + "'";
+  const ProgramRun other = run_kvscope("generate --model '" + untied + "' --prompt hi -n 30 --temperature 0" + evict);
+  EXPECT_EQ(other.code, 0) << other.err;
+  EXPECT_NE(other.err.find("calibration_of_tied.json was made with the model in " + tied + ", not this run's " + untied +
+                           ": the same shape, so it loads, but its query centres are that model's\n"),
+            std::string::npos) << other.err;
+  const ProgramRun own = run_kvscope("generate --model '" + tied + "' --prompt hi -n 30 --temperature 0" + evict);
+  EXPECT_EQ(own.err.find("warning"), std::string::npos) << own.err;
+  const ProgramRun seen = run_kvscope("eval --model '" + tied + "' --text '" + text + "' --calibration '" + out +
+                                      "' --policies triattention --context 64 --keep 0.5 --windows 1 --sinks 1 "
+                                      "--recent 4 --continuation 4 --threads 1");
+  EXPECT_EQ(seen.code, 0) << seen.err;
+  EXPECT_NE(seen.err.find("README.md, the text this run scores: TriAttention's query centres have seen it\n"),
+            std::string::npos) << seen.err;
+}
+
 TEST(BadInput, CalibrationForAnotherPolicyIsRefused) {
   // Only TriAttention reads a calibration; with another policy it went unused.
   const std::string tiny = "--model '" + test::tiny_model("tiny-tied") + "' --calibration x.json ";

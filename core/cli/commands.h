@@ -63,6 +63,13 @@ std::string held_out_text(const std::string& text, const std::string& model_dir)
 // TriAttention's calibration for generate, eval and serve-bench: --calibration as given;
 // else the model folder's triattention-calibration.json when it has one; else "".
 std::string calibration_file(const std::string& calibration, const std::string& model_dir);
+// What a TriAttention calibration's provenance says about this run, as warnings: made
+// with another model folder than `model_dir` (a checkpoint of the same shape loads
+// without complaint, and its query centres are another model's), or, with
+// `scored_text` given, made from that very text (eval would score TriAttention on text
+// its query centres have seen). Recorded paths that are not there now say nothing.
+void warn_of_calibration(const std::string& calibration, const std::string& model_dir,
+                         const std::string& scored_text = "");
 // eval's and heads' line when the text had fewer long-enough documents than --windows
 // asked for: "(--windows 3 asked for more: only 1 document of the text is long enough)".
 std::string fewer_windows_note(int asked, int found);

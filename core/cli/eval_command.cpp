@@ -88,6 +88,7 @@ void run_eval(EvalArgs a) {
   check_model_present(a.model_dir);
   EvalSettings& s = a.settings;
   if (s.calibration.empty()) s.calibration = calibration_file(a.calibration, a.model_dir);
+  if (runs(s, "triattention") && !s.calibration.empty()) warn_of_calibration(s.calibration, a.model_dir, a.text);
   check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // the text first: it fails fast
   const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);

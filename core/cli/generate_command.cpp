@@ -235,6 +235,8 @@ void run_generate(const GenerateArgs& a) {
   check_positions_fit(config, prompt.size(), a.n);  // before the pool's checks: fixing one error shows no other
   PolicyFactory policy;
   if (a.budget > 0) policy = policy_factory(a.policy, a.seed, calibration_file(a.calibration, a.model_dir), config);
+  if (a.budget > 0 && a.policy == "triattention") warn_of_calibration(calibration_file(a.calibration, a.model_dir),
+                                                                      a.model_dir);
   GenerateOptions options = generate_options(a, config, tokenizer, prompt.size(), std::move(policy));  // the pool
   Model model = load_model(a.model_dir, parse_weight_format(a.weights));
   print_warnings(model.warnings);

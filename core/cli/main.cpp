@@ -21,6 +21,7 @@
 #include "cli/commands.h"
 #include "cli/option_values.h"
 #include "cli/parse_error.h"
+#include "evict/triattention_calibration.h"
 #include "model/config.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -55,6 +56,22 @@ std::string calibration_file(const std::string& calibration, const std::string& 
   if (!calibration.empty()) return calibration;
   const std::string folder_calibration = model_dir + "/triattention-calibration.json";
   return path_exists(folder_calibration) ? folder_calibration : "";
+}
+
+void warn_of_calibration(const std::string& calibration, const std::string& model_dir, const std::string& scored_text) {
+  namespace fs = std::filesystem;
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return !a.empty() && !b.empty() && fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
+  };
+  const TriCalibration cal = TriCalibration::load(calibration);
+  std::error_code ec;
+  if (!cal.model.empty() && fs::exists(cal.model, ec) && !same(cal.model, model_dir))
+    print_warnings({shown_path(calibration) + " was made with the model in " + cal.model + ", not this run's " +
+                    shown_path(model_dir) + ": the same shape, so it loads, but its query centres are that model's"});
+  if (same(cal.text, scored_text))
+    print_warnings({shown_path(calibration) + " was made from " + shown_path(scored_text) +
+                    ", the text this run scores: TriAttention's query centres have seen it"});
 }
 
 std::string fewer_windows_note(int asked, int found) {

@@ -392,6 +392,8 @@ void run_serve_bench(const ServeBenchArgs& a) {
   const BackendFactory backend = backend_for_device(a.device);  // fails early: before the model loads
   const bool random = !a.config.empty();
   if (!random) check_model_present(a.model_dir);
+  if (!random && a.policy == "triattention" && !calibration_file(a.calibration, a.model_dir).empty())
+    warn_of_calibration(calibration_file(a.calibration, a.model_dir), a.model_dir);
   const ModelConfig shape = served_shape(a);
   check_a_request_fits(a, shape.max_position_embeddings);
   check_requests_fit_in_memory(a);
