@@ -118,8 +118,6 @@ TEST(GpuModel, BundledModelMatchesCpu) {
                             test::source_path("tests/fixtures/bundled-model.json"), "bundled model");
 }
 
-// A pool larger than the GPU's free memory is refused before anything is allocated,
-// by name and size, not as cudaMalloc's "out of memory".
 // Not only against the CPU: against PyTorch's logits after two rounds of eviction, so
 // a bug the two backends shared would still show.
 TEST(GpuModel, AfterEvictionMatchesPyTorch) {
@@ -130,6 +128,8 @@ TEST(GpuModel, AfterEvictionMatchesPyTorch) {
   }
 }
 
+// A pool larger than the GPU's free memory is refused before anything is allocated,
+// by name and size, not as cudaMalloc's "out of memory".
 TEST(GpuModel, APoolLargerThanTheGpuIsRefusedByName) {
   KVSCOPE_REQUIRE_GPU();
   const Model m = load_model(test::tiny_model("tiny-tied"));

@@ -138,7 +138,7 @@ TEST(ModelVsPyTorch, RopeAtLongPositionsRotatesAsHuggingFace) {
 }
 
 // RMSNorm is x / sqrt(mean(x^2) + eps) * w, with eps inside the root: a row of zeros
-// gives zeros, not 0/0, and eps = 1 on a row of ones halves its mean square's root.
+// gives zeros, not 0/0, and eps = 1 on a row of ones doubles what is under the root.
 // (Only the bundled model's fixture noticed eps dropped; the tiny ones never come near 0.)
 TEST(Ops, RmsNormPutsEpsUnderTheRoot) {
   const float x[] = {0, 0, 0, 0, 1, 1, 1, 1, 3, -4, 0, 0};  // [3 rows, 4]

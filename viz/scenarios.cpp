@@ -323,7 +323,7 @@ void record_generation(Run& run, const RunSettings& s, MemoryStrategy strategy, 
   const int total = int(prompt.size()) + new_tokens;
   GenerateOptions o;
   o.max_new_tokens = new_tokens;
-  o.sampler = {0.7f, 40, 0.95f, s.seed};
+  o.sampler = {0.7, 40, 0.95, s.seed};
   o.vocab_limit = tokenizer.vocab_size();  // no stop ids: the run keeps its length
   o.engine.block_size = s.block_size;
   o.engine.strategy = strategy;

@@ -8,8 +8,10 @@
 // Every failure is one line on stderr, "kvscope: error: <file>: <problem>", and exit code 1.
 // Input that is usable but suspicious (NaN weights, say) gives "kvscope: warning: ..." lines
 // on stderr, and the run goes on.
+#include <fcntl.h>
 #include <omp.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -159,6 +161,10 @@ static std::string missing_command(const CLI::App& app, int argc, char** argv) {
 }  // namespace kvscope::cli
 
 int main(int argc, char** argv) {
+  // A standard stream the shell closed (2>&-) reads as /dev/null: otherwise the next
+  // file opened would take its number, and writes meant for it would land there.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return 1;
   CLI::App app{"kvscope: a Qwen3 decoder with a paged KV cache, eviction and compaction"};
   app.require_subcommand(1);
   kvscope::cli::add_generate_command(app);

@@ -132,7 +132,8 @@ void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<Name
         throw Error(flag + " " + path + " is " + name + ", which this run reads: writing it would destroy it");
     for (const auto& [name, file] : kept)
       if (same_file(path, file))
-        throw Error(flag + " " + path + " is " + name + ", the text eval and heads read: writing it would destroy it");
+        throw Error(flag + " " + path + " is " + name +
+                    ", the held-out text eval, heads and serve-bench read: writing it would destroy it");
   }
 }
 

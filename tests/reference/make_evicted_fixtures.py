@@ -100,15 +100,23 @@ def make_case(model, n_bpe, g):
 
 
 def check_case(name, model, prompt, rounds):
-    """Checks on the reference itself: with nothing evicted, its cached decode equals
-    the uncached forward (the cache it slices is the cache it reads), and the
-    eviction moves the first decode row (it is not a no-op)."""
+    """Checks on the reference itself: with nothing evicted, its cached decode and a
+    chunk on its cache equal the uncached forward (the cache it slices is the cache
+    it reads), and the eviction moves the first decode row (it is not a no-op)."""
     cache = {}
     model.forward(prompt, 0, cache)
     ids, rows, _ = decode(model, cache, rounds[0]["decode_ids"][0], len(prompt), DECODE)
     full = model.forward(prompt + ids)[len(prompt):]
     diff = float((rows - full).abs().max())
     assert diff < 1e-4, f"{name}: cached decode differs from recompute by {diff}"
+    # A chunk on a cache (round 2's path) agrees with the uncached forward too.
+    chunk = rounds[1]["chunk_ids"]
+    cache = {}
+    model.forward(prompt, 0, cache)
+    chunk_rows = model.forward(chunk, len(prompt), cache)
+    full = model.forward(prompt + chunk)[len(prompt):]
+    diff = float((chunk_rows - full).abs().max())
+    assert diff < 1e-4, f"{name}: a chunk on the cache differs from recompute by {diff}"
     moved = float((rows[0] - rounds[0]["decode"][0]).abs().max())
     assert moved > 1e-2, f"{name}: evicting {EVICT_1} tokens changed no logit ({moved})"
     return moved

@@ -44,7 +44,8 @@ def main():
     for theta in THETAS:
         for pos in POSITIONS:
             cos, sin = rope_cos_sin(torch.tensor([pos]), HEAD_DIM, theta)
-            cases.append('  {"theta": %s, "pos": %d, "rotated": %s}' % (repr(theta), pos, floats(apply_rope(x, cos, sin))))
+            rotated = floats(apply_rope(x, cos, sin))
+            cases.append('  {"theta": %s, "pos": %d, "rotated": %s}' % (repr(theta), pos, rotated))
     text = ('{"generated_by": "tests/reference/make_rope_fixture.py",\n'
             ' "head_dim": %d, "heads": %d,\n "x": %s,\n "cases": [\n%s]}\n'
             % (HEAD_DIM, HEADS, floats(x), ",\n".join(cases)))

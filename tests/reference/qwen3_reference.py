@@ -198,7 +198,9 @@ class Qwen3:
         """Logits [T, vocab] for token ids at positions start_pos .. start_pos + T - 1.
 
         Without a cache, ids must be the whole sequence (start_pos 0). With a
-        cache dict, call it once with the prompt and then with one id at a time.
+        cache dict, call it with the prompt, then with the next ids (one or a
+        chunk) at the positions after the last; a chunk sees every cached row and,
+        causally, itself (make_evicted_fixtures.py deletes cached rows in between).
         queries: None or a list that gets each layer's pre-RoPE queries (attention()).
         """
         ids = torch.as_tensor(ids, dtype=torch.long)
