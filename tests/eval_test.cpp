@@ -185,21 +185,27 @@ TEST(Eval, TheOracleReadsTheWindowsFutureAndTheFullCachesContinuation) {
   const Forced full = force(m, c, window, s.context, s.continuation);
   std::vector<int> future(window.begin() + 1, window.begin() + s.context);
   future.insert(future.end(), full.greedy.begin(), full.greedy.end());
-  const FutureAttention oracle = record_future_attention(m, {window[0]}, future);
   c.strategy = MemoryStrategy::Compact;
   c.schedule = {48, s.slack, s.sinks, s.recent};
-  c.policy = [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
-  const Forced evicted = force(m, c, window, s.context, s.continuation);
-  double nll = 0;
-  int scored = 0;
-  for (int i = s.context / 2 - 1; i < s.context; ++i, ++scored) {
-    const std::vector<float>& l = evicted.logits[size_t(i)];
-    double sum = 0;
-    for (float x : l) sum += std::exp(double(x));
-    nll -= std::log(std::exp(double(l[size_t(window[size_t(i) + 1])])) / sum);
-  }
-  EXPECT_NEAR(r.rows[1].perplexity, std::exp(nll / scored), 1e-9 * r.rows[1].perplexity);
-  EXPECT_DOUBLE_EQ(r.rows[1].evicted, evicted.at_end.evicted_fraction());
+  // The perplexity of the scored positions with the oracle that knows `what_comes`.
+  const auto perplexity_knowing = [&](const std::vector<int>& what_comes) {
+    const FutureAttention oracle = record_future_attention(m, {window[0]}, what_comes);
+    c.policy = [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
+    const Forced evicted = force(m, c, window, s.context, s.continuation);
+    double nll = 0;
+    int scored = 0;
+    for (int i = s.context / 2 - 1; i < s.context; ++i, ++scored) {
+      const std::vector<float>& l = evicted.logits[size_t(i)];
+      double sum = 0;
+      for (float x : l) sum += std::exp(double(x));
+      nll -= std::log(std::exp(double(l[size_t(window[size_t(i) + 1])])) / sum);
+    }
+    return std::exp(nll / scored);
+  };
+  EXPECT_NEAR(r.rows[1].perplexity, perplexity_knowing(future), 1e-9 * r.rows[1].perplexity);
+  // And a future one token off would show: the test can fail.
+  const std::vector<int> shifted(future.begin() + 1, future.end());
+  EXPECT_GT(std::abs(perplexity_knowing(shifted) / r.rows[1].perplexity - 1), 1e-6);
 }
 
 TEST(Eval, StreamingKeepsWholeBlocksSoHolesFreeAsMuchAsCompaction) {
@@ -277,6 +283,12 @@ TEST(Eval, TheRandomPolicyDrawsAfreshInEveryWindow) {
   const auto apart = [](double a, double b) { return std::abs(a / b - 1); };  // the mean of two equal sums rounds
   EXPECT_LT(apart(once.rows[0].perplexity, twice.rows[0].perplexity), 1e-12) << "the full cache differs on a copy";
   EXPECT_GT(apart(once.rows[1].perplexity, twice.rows[1].perplexity), 1e-6) << "the copy evicted the same positions";
+  // A row is its seed's, window's and budget's alone: rerun by itself, it is the same.
+  s.keep = {0.6, 0.3};
+  const EvalReport with_another_row = evaluate(m, {window, window}, s);
+  ASSERT_EQ(with_another_row.rows.size(), 3u);
+  EXPECT_EQ(with_another_row.rows[2].perplexity, twice.rows[1].perplexity);
+  EXPECT_EQ(with_another_row.rows[2].blocks_freed_holes, twice.rows[1].blocks_freed_holes);
 }
 
 TEST(Eval, RefusesBadSettingsWithAMessage) {
@@ -300,8 +312,6 @@ TEST(Eval, RefusesBadSettingsWithAMessage) {
   s.keep = {0.001};  // 0 tokens: a budget of 0 is "never evict" (it ran the full cache under the policy's name)
   s.sinks = s.recent = 0;
   expect_refused(w, "eval: keeping 0.001 of the 160-token context is 0 tokens: raise --keep or --context");
-  s.sinks = 4;
-  s.recent = 16;
   s = small_settings();
   s.policies = {"triattention"};   // no calibration file
   expect_refused(w, "eval: policy triattention needs a calibration file");

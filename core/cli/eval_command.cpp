@@ -71,7 +71,7 @@ nlohmann::json to_json(const EvalReport& r) {
           {"recent", s.recent},
           {"policies", s.policies},
           {"seed", s.seed},
-          {"calibration", s.calibration},
+          {"calibration", runs(s, "triattention") ? s.calibration : ""},
           {"rows", rows}};
 }
 
@@ -108,7 +108,8 @@ void run_eval(EvalArgs a) {
 
   std::printf("kvscope eval: %s on %s\n", shown_path(a.model_dir).c_str(), shown_path(a.text).c_str());
   std::printf("%s of %d tokens, teacher-forced; perplexity and top-1 over positions >= %d; greedy match over %s\n",
-              plural(report.windows, "window").c_str(), s.context, scored_from(s), plural(s.continuation, "token").c_str());
+              plural(report.windows, "window").c_str(), s.context, scored_from(s),
+              plural(s.continuation, "token").c_str());
   if (a.windows > report.windows)
     std::printf("%s\n", fewer_windows_note(a.windows, report.windows).c_str());
   std::printf("block size %d, rounds at budget + %d, sinks %d, recent %d\n", s.block_size, s.slack, s.sinks, s.recent);

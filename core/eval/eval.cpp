@@ -177,11 +177,14 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
   const int n_policies = int(s.policies.size()), n_keep = int(s.keep.size());
   std::vector<EvictionSchedule> schedules;
   for (double k : s.keep) schedules.push_back(schedule_for(k, s));
-  std::vector<PolicyFactory> factories(n_policies);   // the oracle's is made per window
-  for (int p = 0; p < n_policies; ++p) {
-    const std::string& name = s.policies[p];
-    if (name != "oracle") factories[p] = policy_factory(name, s.seed, s.calibration, model.config);
-  }
+  // One factory per row, kept for every window: under the random policy window w then
+  // draws stream w of the seed, whatever the other rows (a copy would start at 0 again:
+  // the random row was once one draw, 15 times). The oracle's is made per window.
+  std::vector<PolicyFactory> factories(size_t(n_policies) * n_keep);  // [policy * n_keep + keep]
+  for (int p = 0; p < n_policies; ++p)
+    for (int k = 0; k < n_keep && s.policies[p] != "oracle"; ++k)
+      factories[size_t(p) * n_keep + k] = policy_factory(s.policies[p], s.seed, s.calibration, model.config);
+  const bool with_oracle = std::find(s.policies.begin(), s.policies.end(), "oracle") != s.policies.end();
 
   EngineConfig base;
   base.block_size = s.block_size;
@@ -200,7 +203,6 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
     // (recorded only when it runs: one more eager pass over the window).
     std::vector<int> future(window.begin() + 1, window.begin() + s.context);
     future.insert(future.end(), full.greedy.begin(), full.greedy.end());
-    const bool with_oracle = std::find(s.policies.begin(), s.policies.end(), "oracle") != s.policies.end();
     const FutureAttention oracle =
         with_oracle ? record_future_attention(model, {window[0]}, future) : FutureAttention(0, {});
 
@@ -208,10 +210,9 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
       for (int k = 0; k < n_keep; ++k) {
         EngineConfig config = base;
         config.schedule = schedules[k];
-        // The factory itself, not a copy: a copy starts its count again, and the random
-        // policy drew the same positions in every window (one draw, copied 15 times).
-        config.policy = factories[p] ? PolicyFactory([&factory = factories[p]] { return factory(); })
-                                     : [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
+        PolicyFactory& row_policy = factories[size_t(p) * n_keep + k];
+        config.policy = row_policy ? PolicyFactory([&row_policy] { return row_policy(); })  // the row's, not a copy
+                                   : [&oracle] { return std::make_unique<OraclePolicy>(oracle); };
         Totals& t = totals[size_t(p) * n_keep + k];
         config.strategy = MemoryStrategy::Compact;
         EventLog events;
