@@ -9,6 +9,7 @@
 #include "gpu_test.h"
 
 #include <algorithm>
+#include <functional>
 #include <iomanip>
 
 #ifdef KVSCOPE_HAVE_CUDA
@@ -298,35 +299,29 @@ int check_key_scores(const ModelConfig& c, int tokens, int refill, uint64_t seed
   return n;
 }
 
-TEST(GpuAttention, EagerRefusesMoreQueriesThanItsGridHolds) {
+TEST(GpuAttention, EagerAndPagedRefuseMoreQueriesThanTheirGridsHold) {
   KVSCOPE_REQUIRE_GPU();
   // One thread block per query on a grid's y (and z) axis, which holds 65,535: one query
   // more is refused by name before any launch (the launch would fail "invalid
   // configuration argument"), so nothing is read or written and the buffers may be null.
+  // The decode kernel's queries are a batch's sequences, one each.
   const ModelConfig c = test::attention_config(1, 2, 1, 64);
   RandomPagedCache rc(c, 20, 0, 16, 5);
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
-  try {
-    cuda::eager_attention(nullptr, nullptr, nullptr, 0, nullptr, nullptr, cuda::kMaxEagerQueries + 1, rc.layer(0),
-                          heads);
-    ADD_FAILURE() << "65,536 queries were not refused";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "eager_attention: at most 65535 queries at once (a grid's y and z axes), got 65536");
-  }
-}
-
-// The same for the decode kernel, whose queries are a batch's sequences (one each).
-TEST(GpuAttention, PagedRefusesMoreQueriesThanItsGridHolds) {
-  KVSCOPE_REQUIRE_GPU();
-  const ModelConfig c = test::attention_config(1, 2, 1, 64);
-  RandomPagedCache rc(c, 20, 0, 16, 5);
-  const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
-  try {
-    cuda::paged_attention(nullptr, nullptr, nullptr, cuda::kMaxPagedQueries + 1, rc.layer(0), heads, nullptr);
-    ADD_FAILURE() << "65,536 queries were not refused";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "paged_attention: at most 65535 queries at once (a grid's y and z axes), got 65536");
-  }
+  const auto expect_refused = [](const std::function<void()>& launch, const std::string& kernel) {
+    try {
+      launch();
+      ADD_FAILURE() << kernel << ": 65,536 queries were not refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.what(), kernel + ": at most 65535 queries at once (a grid's y and z axes), got 65536");
+    }
+  };
+  expect_refused([&] { cuda::eager_attention(nullptr, nullptr, nullptr, 0, nullptr, nullptr,
+                                             cuda::kMaxEagerQueries + 1, rc.layer(0), heads); },
+                 "eager_attention");
+  expect_refused([&] { cuda::paged_attention(nullptr, nullptr, nullptr, cuda::kMaxPagedQueries + 1, rc.layer(0),
+                                             heads, nullptr); },
+                 "paged_attention");
 }
 
 // The kernel scores 8 keys per thread block: 280 keys fill 35 blocks, and 102 leave
