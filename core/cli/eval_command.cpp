@@ -40,16 +40,12 @@ struct EvalArgs {
 
 int scored_from(const EvalSettings& s) { return s.scored_from < 0 ? s.context / 2 : s.scored_from; }
 
-bool runs(const EvalSettings& s, const std::string& policy) {
-  return std::find(s.policies.begin(), s.policies.end(), policy) != s.policies.end();
-}
-
 // What the policies that need more than the schedule ran with: TriAttention's calibration
 // and the random policy's seed ("" when neither runs).
 std::string policy_inputs(const EvalSettings& s) {
   std::string line;
-  if (runs(s, "triattention")) line = "triattention calibrated by " + shown_path(s.calibration);
-  if (runs(s, "random")) line += (line.empty() ? "" : "; ") + std::string("random seed ") + std::to_string(s.seed);
+  if (runs_policy(s, "triattention")) line = "triattention calibrated by " + shown_path(s.calibration);
+  if (runs_policy(s, "random")) line += (line.empty() ? "" : "; ") + std::string("random seed ") + std::to_string(s.seed);
   return line;
 }
 
@@ -71,7 +67,7 @@ nlohmann::json to_json(const EvalReport& r) {
           {"recent", s.recent},
           {"policies", s.policies},
           {"seed", s.seed},
-          {"calibration", runs(s, "triattention") ? s.calibration : ""},
+          {"calibration", runs_policy(s, "triattention") ? s.calibration : ""},
           {"rows", rows}};
 }
 
@@ -83,12 +79,12 @@ void run_eval(EvalArgs a) {
   check_outputs_apart({{"--json", a.json}}, {{"--text", a.text}, calibration_read(a.calibration, a.model_dir)},
                       a.model_dir);
   if (!a.json.empty()) check_writable(a.json);  // before the long run, not after it
-  if (!a.calibration.empty() && !runs(a.settings, "triattention"))
+  if (!a.calibration.empty() && !runs_policy(a.settings, "triattention"))
     throw Error("--calibration is for the triattention policy, and --policies leaves it out");
   check_model_present(a.model_dir);
   EvalSettings& s = a.settings;
   if (s.calibration.empty()) s.calibration = calibration_file(a.calibration, a.model_dir);
-  if (runs(s, "triattention") && !s.calibration.empty()) warn_of_calibration(s.calibration, a.model_dir, a.text);
+  if (runs_policy(s, "triattention") && !s.calibration.empty()) warn_of_calibration(s.calibration, a.model_dir, a.text);
   check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // the text first: it fails fast
   const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);
@@ -162,8 +158,7 @@ void add_eval_command(CLI::App& app) {
       ->capture_default_str()
       ->check(kNonNegative);
   cmd->callback([args, seed] {
-    const std::vector<std::string>& policies = args->settings.policies;
-    if (seed->count() > 0 && std::find(policies.begin(), policies.end(), "random") == policies.end())
+    if (seed->count() > 0 && !runs_policy(args->settings, "random"))
       throw Error("--seed is for the random policy, and --policies leaves it out");  // as --calibration
     run_eval(*args);
   });

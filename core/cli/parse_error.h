@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/option_values.h"  // is_whole_number_text
+#include "util/format.h"         // ends_with
 
 namespace kvscope::cli {
 
@@ -16,10 +17,6 @@ inline std::pair<std::string, std::string> split_at_last(const std::string& text
   const size_t at = text.rfind(marker);
   if (at == std::string::npos) return {"", ""};
   return {text.substr(0, at), text.substr(at + marker.size())};
-}
-
-inline bool ends_with(const std::string& text, const std::string& tail) {
-  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // Four of CLI11's messages said another way; others pass unchanged.

@@ -129,6 +129,10 @@ void check_windows(const std::vector<std::vector<int>>& windows, const EvalSetti
 
 }  // namespace
 
+bool runs_policy(const EvalSettings& s, const std::string& policy) {
+  return std::find(s.policies.begin(), s.policies.end(), policy) != s.policies.end();
+}
+
 void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
   if (s.context < 2) throw Error("eval: --context must be at least 2 tokens, got " + std::to_string(s.context));
   if (s.continuation < 1)
@@ -142,7 +146,7 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
                 " need " + std::to_string(positions) + " positions, more than the model's max_position_embeddings (" +
                 std::to_string(max_position_embeddings) + "): lower --context or --continuation");
   if (s.scored_from > s.context) throw Error("eval: scored_from is past the end of the context");
-  if (s.calibration.empty() && std::find(s.policies.begin(), s.policies.end(), "triattention") != s.policies.end())
+  if (s.calibration.empty() && runs_policy(s, "triattention"))
     throw Error("eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "
                 "--calibration, or leave triattention out of --policies");
   for (double k : s.keep) {
@@ -184,7 +188,7 @@ EvalReport evaluate(const Model& model, const std::vector<std::vector<int>>& win
   for (int p = 0; p < n_policies; ++p)
     for (int k = 0; k < n_keep && s.policies[p] != "oracle"; ++k)
       factories[size_t(p) * n_keep + k] = policy_factory(s.policies[p], s.seed, s.calibration, model.config);
-  const bool with_oracle = std::find(s.policies.begin(), s.policies.end(), "oracle") != s.policies.end();
+  const bool with_oracle = runs_policy(s, "oracle");
 
   EngineConfig base;
   base.block_size = s.block_size;

@@ -48,6 +48,9 @@ struct EvalSettings {
   std::string calibration;                     // TriAttention's calibration file
 };
 
+// Whether `policy` is among the settings' policies.
+bool runs_policy(const EvalSettings& s, const std::string& policy);
+
 // One policy at one budget, averaged over the windows.
 struct EvalRow {
   std::string policy;                 // "full" for the reference row

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "util/error.h"
+#include "util/format.h"
 
 namespace kvscope {
 
@@ -108,9 +109,6 @@ bool same_file(const std::string& a, const std::string& b) {
 void check_outputs_apart(const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs,
                          const std::string& model_dir) {
   namespace fs = std::filesystem;
-  auto ends_with = [](const std::string& s, const std::string& end) {
-    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-  };
   std::vector<NamedPath> kept;  // the model folder's held-out text: no output goes over it, read this run or not
   std::error_code ec;
   if (!model_dir.empty())

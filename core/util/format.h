@@ -79,4 +79,9 @@ inline std::string bytes(double b) {
   return fmt(std::fabs(b) < 10 ? "%.2f " : std::fabs(b) < 100 ? "%.1f " : "%.0f ", b) + units[u];
 }
 
+// Whether `text` ends with `tail`.
+inline bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 }  // namespace kvscope
