@@ -332,6 +332,25 @@ TEST(TriAttention, AHeadThatScoresEveryKeyAlikeAddsZerosNotNaN) {
       << "the other heads still rank the keys";
 }
 
+// A NaN in the second head of a group (std::max(m, NaN) keeps m) must not vanish from
+// the group's max: it reaches select_keep, which refuses it by name.
+TEST(TriAttention, ANaNInAnyHeadOfAGroupReachesTheScores) {
+  const Model& m = tiny();
+  const ModelConfig& c = m.config;
+  ASSERT_GE(c.group_size(), 2) << "the test needs a second query head in the group";
+  TriCalibration cal = tiny_calibration();
+  for (int f = 0; f < cal.bands(); ++f) cal.qbar_re[cal.index(0, 1, f)] = std::nan("");  // layer 0, head 1
+  Filled filled(m, some_tokens(70, c.vocab_size, 5));
+  const LiveSlots live = live_slots(filled.cache, filled.seq);
+  const ScoreContext ctx{live.pos, 70, &c, &filled.kv, &live};
+  const std::vector<float> got = TriAttentionPolicy(std::make_shared<TriCalibration>(cal)).scores(ctx);
+  ASSERT_EQ(got.size(), live.pos.size());
+  for (size_t j = 0; j < got.size(); ++j) EXPECT_TRUE(std::isnan(got[j])) << "position " << live.pos[j];
+  EvictionSchedule schedule;
+  schedule.budget = 32;
+  EXPECT_THROW(select_keep(live.pos, got, schedule), Error);
+}
+
 // ---------------------------------------------------------------------------
 // (b) Calibration
 // ---------------------------------------------------------------------------

@@ -147,11 +147,16 @@ static void z_normalise(double* r, int n) {
 
 // out[j] += mean over the K KV heads of (max over the G query heads of its group of raw[h][j]).
 //   raw: [K * G, n]   out: [n]
+// A NaN in any head of a group stays NaN (std::max(m, NaN) would drop it when it is not
+// the group's first head), so select_keep refuses it by name.
 static void add_mean_of_group_max(double* out, const double* raw, int K, int G, int n) {
   for (int g = 0; g < K; ++g)
     for (int j = 0; j < n; ++j) {
       double m = raw[size_t(g * G) * n + j];
-      for (int h = g * G + 1; h < (g + 1) * G; ++h) m = std::max(m, raw[size_t(h) * n + j]);
+      for (int h = g * G + 1; h < (g + 1) * G; ++h) {
+        const double x = raw[size_t(h) * n + j];
+        if (x > m || std::isnan(x)) m = x;
+      }
       out[j] += m / K;
     }
 }
