@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cache/kv_cache.h"
@@ -814,6 +815,22 @@ TEST(BadInput, EvictionThatWillNeverRunIsAWarning) {
   EXPECT_EQ(r.err.rfind("kvscope: warning: --budget 40 + --slack 128 = 168 live tokens start a round, and this run "
                         "feeds 5 tokens (2 prompt + 4 new - 1): nothing will be evicted\n", 0), 0u) << r.err;
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 200 --budget 40").err.find("warning"), std::string::npos);
+}
+
+// An EOS id past the vocabulary (a typo) can never be drawn: the run would stop only
+// at -n, as if the model had no EOS. Said once, naming the id; the reachable ids are not named.
+TEST(BadInput, AnEosIdTheModelCannotWriteIsAWarning) {
+  namespace fs = std::filesystem;
+  const fs::path dir = tiny_model_copy("kvscope-eos-past-vocab");
+  nlohmann::json config = nlohmann::json::parse(read_file((dir / "config.json").string()));
+  config["eos_token_id"] = {378, 5000};
+  std::ofstream((dir / "config.json").string()) << config.dump();
+  const ProgramRun r = run_kvscope("generate --model '" + dir.string() + "' --prompt hi -n 3");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("kvscope: warning: eos_token_id 5000: not a token this model writes (ids 0 to 378), so "
+                        "generation never stops at it\n", 0), 0u) << r.err;
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 3").err.find("warning"), std::string::npos);  // 378 and 376 are tokens
+  fs::remove_all(dir);
 }
 
 TEST(BadInput, SamplingFlagsUnderGreedyDecodingAreAWarning) {

@@ -178,6 +178,17 @@ std::vector<int> prompt_ids(const GenerateArgs& a, const Tokenizer& tokenizer) {
   return tokenizer.with_special_tokens(ids);
 }
 
+// An EOS id the sampler can never draw (a typo such as 1516450) would leave the run to
+// stop only at -n, without a word: say so.
+void warn_of_unreachable_stops(const std::vector<int>& stop_ids, int vocab) {
+  std::string ids;
+  for (int id : stop_ids)
+    if (id >= vocab) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+  if (!ids.empty())
+    print_warnings({"eos_token_id " + ids + ": not a token this model writes (ids 0 to " + std::to_string(vocab - 1) +
+                    "), so generation never stops at it"});
+}
+
 // The flags as GenerateOptions: sampling, stopping, the cache (block size, memory
 // strategy, the pool's blocks) and eviction (schedule, policy). Warns when the
 // schedule would never start a round in this run.
@@ -193,6 +204,7 @@ GenerateOptions generate_options(const GenerateArgs& a, const ModelConfig& confi
   options.sampler = {a.temperature, a.top_k, a.top_p, a.seed};
   options.stop_ids = config.eos_token_ids;
   options.vocab_limit = tokenizer.vocab_size();
+  warn_of_unreachable_stops(options.stop_ids, std::min(tokenizer.vocab_size(), config.vocab_size));
   options.engine.block_size = a.block_size;
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = schedule;
