@@ -56,6 +56,28 @@ TEST(VizScenarios, ServingRunsShowRequestsSharingThePool) {
   }
 }
 
+// The "requests" slider's 2 and 3, on the bundled model with the scenario's settings:
+// a pool of (requests - 1) budgets once held fewer blocks than one request pins under
+// holes only (8 and 16 against 23), and the recording failed with "nothing left to
+// preempt". The pool now holds at least one whole request.
+TEST(VizScenarios, TwoAndThreeRequestsFinishInTheirPool) {
+  const ModelSource bundled{std::string(KVSCOPE_SOURCE_DIR) + "/assets/model", ""};
+  for (int n : {2, 3}) {
+    RunSettings s = find_scenario("serve-model")->settings;
+    s.sequences = n;
+    const Recording rec = record(s, bundled);
+    ASSERT_EQ(rec.runs.size(), 2u) << n << " requests";
+    for (const auto& run : rec.runs) {
+      Timeline t(run);
+      t.seek(t.size());
+      EXPECT_EQ(t.counters().blocks_in_use, 0) << n << " requests, " << run->label;
+      std::set<int> requests;
+      for (const Event& e : run->events) requests.insert(e.seq);
+      EXPECT_GE(int(requests.size()), n) << n << " requests, " << run->label;
+    }
+  }
+}
+
 // Each strategy schedules the requests its own way, so the two runs write different
 // numbers of tokens (a preempted request's are written again). The side-by-side
 // view still ends both together: at the clock's end every request of both runs has

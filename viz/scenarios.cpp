@@ -285,7 +285,9 @@ std::string find_calibration(const ModelSource& m) {
 
 // Model, 2+ sequences: that many requests (the prompt from different starts) served
 // by core/serve/scheduler.h through a pool that holds the eviction budget of one
-// fewer, so the last waits until blocks come back; greedy.
+// fewer, so the last waits until blocks come back; greedy. Never fewer blocks than the
+// longest request's every token: under holes only a request can pin them all, and one
+// that outgrows the pool alone has no one left to preempt.
 void record_serving(Run& run, const RunSettings& s, MemoryStrategy strategy, const Model& model,
                     const Tokenizer& tokenizer, const std::vector<int>& prompt, int new_tokens,
                     const EvictionSchedule& schedule, const PolicyFactory& inner) {
@@ -296,7 +298,8 @@ void record_serving(Run& run, const RunSettings& s, MemoryStrategy strategy, con
   c.block_size = s.block_size;
   c.strategy = strategy;
   c.schedule = schedule;
-  c.num_blocks = (n - 1) * int(blocks_for_tokens(s.budget + s.slack + chunk, s.block_size));
+  c.num_blocks = int(std::max((n - 1) * blocks_for_tokens(s.budget + s.slack + chunk, s.block_size),
+                              blocks_for_tokens(int64_t(prompts[0].size()) + new_tokens, s.block_size)));
   auto next_seq = std::make_shared<int>(0);  // the engine numbers its sequences 0, 1, ... as it adds them
   Run* r = &run;
   c.policy = [inner, r, next_seq] { return std::make_unique<RecordingPolicy>(inner(), *r, (*next_seq)++); };
