@@ -500,9 +500,23 @@ TEST(ServeBench, BadInputIsAClearError) {
             "--chunk\n");
   // Requests too short for a round: the evicting rows were the "none" row under other names.
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 16 --output-len 4").output,
-            "kvscope: error: --budget 64 + --slack 32 = 96 live tokens start a round, and a request feeds 19 "
-            "(--prompt-len + --output-len - 1): nothing would be evicted under holes; lower --budget or --slack, or "
-            "raise the lengths\n");
+            "kvscope: error: --budget 64 + --slack 32 = 96 live tokens start a round, and a request holds at most 18 "
+            "before its last step, which runs none (--prompt-len + --output-len - 2): nothing would be evicted under "
+            "holes; lower --budget or --slack, or raise the lengths\n");
+  // At the boundary: a request's last step runs no round (it is released), so a
+  // context of exactly 96 was accepted and every row was "none" (0 MB moved). One more
+  // token starts a round in the step before the last.
+  const std::string lengths = "serve-bench --requests 2 --blocks 40 --repeat 1 --strategies compact ";
+  EXPECT_EQ(test::run_kvscope(lengths + "--prompt-len 48 --output-len 49").output.rfind(
+                "kvscope: error: --budget 64 + --slack 32 = 96 live tokens start a round, and a request holds at most "
+                "95 before its last step", 0), 0u);
+  EXPECT_EQ(test::run_kvscope(lengths + "--prompt-len 48 --output-len 50").code, 0);
+  // One new token: the prompt's last chunk is the last step; 100 tokens in chunks of 64
+  // reach 64 before it (100 > 96 once passed the check, and nothing was evicted).
+  EXPECT_EQ(test::run_kvscope(lengths + "--prompt-len 100 --output-len 1").output.rfind(
+                "kvscope: error: --budget 64 + --slack 32 = 96 live tokens start a round, and a request holds at most "
+                "64 before its last step, which runs none (its prompt's chunks of --chunk before the last)", 0), 0u);
+  EXPECT_EQ(test::run_kvscope(lengths + "--prompt-len 100 --output-len 1 --chunk 96").code, 0);
   // More requests than the memory holds, said before the model loads (it was "out of memory").
   const test::ProgramRun many = test::run_kvscope("serve-bench --requests 2147483647");
   EXPECT_EQ(many.code, 1) << many.output;

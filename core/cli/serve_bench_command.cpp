@@ -89,6 +89,16 @@ void check_args(const ServeBenchArgs& a) {
                 std::to_string(a.requests) + " requests is one (each preemption one more): lower --requests");
 }
 
+// The most live tokens a request holds after a step that is not its last: a request's
+// last step runs no eviction round (its blocks are released), so a round must start
+// by then. With 2+ new tokens that is the step before the last decode (context - 1);
+// with 1, the last prefill chunk is the last step, and the chunks before it end at a
+// multiple of --chunk.
+int64_t live_before_last_step(const ServeBenchArgs& a, int64_t context) {
+  if (a.output_len >= 2) return context - 1;
+  return int64_t(a.prompt_len - 1) / a.chunk * a.chunk;
+}
+
 // One request, against the model's positions and the pool, under every strategy:
 // said before the model loads or any run starts, with the way out (the scheduler
 // would refuse the first request of that run).
@@ -103,11 +113,12 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
   for (const std::string& strategy : a.strategies) {
     const EvictionSchedule s = engine_for_strategy(strategy, evicting).schedule;  // "none": no budget
     const bool evicts = s.enabled();
-    if (evicts && s.round_starts_at() > context)  // its row would be "none" under another name
-      throw Error("--budget " + std::to_string(s.budget) + " + --slack " + std::to_string(s.slack) + " = " +
-                  std::to_string(s.round_starts_at()) + " live tokens start a round, and a request feeds " +
-                  std::to_string(context) + " (--prompt-len + --output-len - 1): nothing would be evicted under " +
-                  strategy + "; lower --budget or --slack, or raise the lengths");
+    if (const int64_t most = live_before_last_step(a, context); evicts && s.round_starts_at() > most)
+      throw Error("--budget " + std::to_string(s.budget) + " + --slack " + std::to_string(s.slack) + " = " +  // "none"
+                  std::to_string(s.round_starts_at()) + " live tokens start a round, and a request holds at most " +
+                  std::to_string(most) + " before its last step, which runs none (" +
+                  (a.output_len >= 2 ? "--prompt-len + --output-len - 2" : "its prompt's chunks of --chunk before the last") +
+                  "): nothing would be evicted under " + strategy + "; lower --budget or --slack, or raise the lengths");
     const int need = blocks_a_request_needs(s, int(context), a.chunk, a.block_size);
     if (need > a.blocks)
       throw Error("--blocks " + std::to_string(a.blocks) + ": under strategy " + strategy + " one request needs " +
