@@ -409,6 +409,27 @@ TEST(Scheduler, AdmissionAndPreemptionWorkedByHand) {
   EXPECT_EQ(b.output.size(), 9u);
 }
 
+// Admission counts the blocks the running requests take in this same step: 3 blocks of
+// 4; A's prompt fills one, and its next token needs a second. B's 8 tokens need 2, and
+// only 1 is left beside A's: B waits. (Admitted on the 2 free blocks, B would be
+// preempted in the very step it joined: the batch asks 3.)
+TEST(Scheduler, AdmissionLeavesTheBlocksTheRunningRequestsTakeThisStep) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::HolesOnly, "", 0, /*num_blocks=*/3));
+  Scheduler s(e, {8, 0});
+  s.submit(tokens(4, 1), 5);
+  s.submit(tokens(8, 2), 1);
+  s.step();
+  ASSERT_EQ(e.cache().pool().num_free(), 2);
+  s.step();
+  EXPECT_EQ(s.num_running(), 1);
+  EXPECT_TRUE(s.request(1).seqs.empty()) << "B was admitted into blocks A's step takes";
+  EXPECT_EQ(s.stats().preemptions, 0);
+  s.run();
+  EXPECT_EQ(s.stats().preemptions, 0);
+  EXPECT_EQ(s.request(1).output.size(), 1u);
+}
+
 TEST(Scheduler, ALoneRequestThatOutgrowsThePoolIsAnErrorNotAHang) {
   // Eviction keeps 16 tokens, which compaction would hold in 6 blocks of 4; but
   // holes only with random eviction leaves survivors scattered over ever more
