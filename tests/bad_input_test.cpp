@@ -833,6 +833,26 @@ TEST(BadInput, AnEosIdTheModelCannotWriteIsAWarning) {
   fs::remove_all(dir);
 }
 
+// tokenizer.json and a calibration nested 100,000 deep: a crash (SIGSEGV) in the
+// tokenizer's copy of its pre-tokenizer, now refused by depth before either is parsed.
+// (The checkpoint's files: BrokenCheckpoint.JsonNestedDeeperThanAnyRealFileIsRefused.)
+TEST(BadInput, TokenizerAndCalibrationNestedTooDeepAreRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = tiny_model_copy("kvscope-deep-json");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string tokenizer = read_file((dir / "tokenizer.json").string());
+  std::ofstream((dir / "tokenizer.json").string()) << "{\"pre\": " << deep << ", " << tokenizer.substr(1);
+  expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi -n 2",
+                        (dir / "tokenizer.json").string() + ": JSON nested more than 64 levels deep");
+  std::ofstream((dir / "tokenizer.json").string()) << tokenizer;
+  const std::string calibration = (dir / "calibration.json").string();
+  std::ofstream(calibration) << "{\"version\": " << deep << "}";
+  expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi -n 2 --budget 40 --policy triattention "
+                        "--calibration '" + calibration + "'",
+                        calibration + ": JSON nested more than 64 levels deep");
+  fs::remove_all(dir);
+}
+
 TEST(BadInput, SamplingFlagsUnderGreedyDecodingAreAWarning) {
   // --temperature 0 takes the most likely token: --top-k, --top-p and --seed change
   // nothing, and once went unused without a word.

@@ -17,6 +17,7 @@
 #include "run_kvscope.h"
 #include "safetensors_parts.h"
 #include "util/error.h"
+#include "util/json_depth.h"
 #include "util/file.h"
 
 namespace kvscope {
@@ -124,6 +125,44 @@ TEST_F(BrokenCheckpoint, HeaderIsNotJson) {
   bytes[9] = '}';
   write(weights(), bytes);
   expect_error(weights(), "header is not valid JSON");
+}
+
+// JSON nested 100,000 deep: nlohmann parses it, but copying or printing a value
+// recurses once per level, and the error message that printed such an eos_token_id
+// overflowed the stack (SIGSEGV). Each JSON file is refused by its depth first.
+std::string nested(int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); }
+
+TEST_F(BrokenCheckpoint, JsonNestedDeeperThanAnyRealFileIsRefused) {
+  const std::string deep = nested(100000), too_deep = "JSON nested more than 64 levels deep";
+  const std::string config_text = read_file(config());
+  write(config(), "{\"eos_token_id\": " + deep + ", " + config_text.substr(1));
+  expect_error(config(), too_deep + " (at byte 80)");  // '{' is level 1, the 64th '[' level 65
+  write(config(), config_text);
+  write(dir_ / "generation_config.json", "{\"eos_token_id\": " + deep + "}");
+  expect_error(dir_ / "generation_config.json", too_deep);
+  fs::remove(dir_ / "generation_config.json");
+  const std::string header = "{\"x\": " + deep + "}";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = char((uint64_t(header.size()) >> (8 * i)) & 0xff);
+  write(weights(), bytes + header);
+  expect_error(weights().string() + " (header)", too_deep);
+  make_copy("tiny-bf16-sharded");
+  write(dir_ / "model.safetensors.index.json", "{\"weight_map\": {}, \"metadata\": " + deep + "}");
+  expect_error(dir_ / "model.safetensors.index.json", too_deep);
+}
+
+TEST(JsonDepth, SixtyFourLevelsReadAndSixtyFiveAreRefusedCountingOutsideStrings) {
+  EXPECT_NO_THROW(check_json_depth(nested(64), "x.json"));
+  EXPECT_THROW(check_json_depth(nested(65), "x.json"), Error);
+  // Brackets in a string are text, an escaped quote does not end it; after the
+  // string, the count goes on where it was.
+  const std::string in_string = "[\"" + std::string(100, '[') + "\\\"" + std::string(100, '{') + "\", " + nested(63) + "]";
+  EXPECT_NO_THROW(check_json_depth(in_string, "x.json"));
+  EXPECT_THROW(check_json_depth("[\"\\\\\", " + nested(64) + "]", "x.json"), Error);  // "\\" ends there
+  // Deep one after another is not deep.
+  std::string siblings = "[";
+  for (int i = 0; i < 1000; ++i) siblings += nested(60) + ",";
+  EXPECT_NO_THROW(check_json_depth(siblings + "0]", "x.json"));
 }
 
 TEST_F(BrokenCheckpoint, OverlappingOffsets) {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/json_depth.h"
 #include "util/json_int.h"
 #include "util/file.h"
 
@@ -171,6 +172,7 @@ TriCalibration load_json(const std::string& path, const std::string& bytes, cons
 
 TriCalibration TriCalibration::load(const std::string& path) {
   const std::string bytes = read_file(path);
+  check_json_depth(bytes, path);
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(bytes);

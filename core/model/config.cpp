@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json_depth.h"
 #include "util/json_int.h"
 #include "util/file.h"
 #include "util/format.h"
@@ -189,6 +190,7 @@ static void check_shapes_and_options(const json& j, const ModelConfig& c, const 
 }
 
 static ModelConfig parse_config_object(const std::string& json_text, const std::string& source) {
+  check_json_depth(json_text, source);
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw file_error(source, "not valid JSON");
   if (!j.is_object()) throw file_error(source, "expected a JSON object");
@@ -268,7 +270,9 @@ ModelConfig load_config(const std::string& model_dir) {
   ModelConfig c = load_config_file(model_dir + "/config.json");
   std::string gen = model_dir + "/generation_config.json";
   if (path_exists(gen)) {  // a directory by that name is refused when read, not passed over
-    json g = json::parse(read_file(gen), nullptr, false);
+    const std::string text = read_file(gen);
+    check_json_depth(text, gen);
+    json g = json::parse(text, nullptr, false);
     if (g.is_discarded()) throw file_error(gen, "not valid JSON");
     if (!g.is_object()) throw file_error(gen, "expected a JSON object");
     add_eos_ids(g, c.eos_token_ids, gen);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/json_depth.h"
 
 namespace kvscope {
 
@@ -85,6 +86,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
                                " (truncated or not a safetensors file)");
   if (n > kMaxHeaderBytes) throw file_error(path, "header length " + std::to_string(n) + " is over the format's limit of 100000000 bytes");
 
+  check_json_depth({reinterpret_cast<const char*>(map_.data()) + 8, size_t(n)}, path + " (header)");
   json header = json::parse(map_.data() + 8, map_.data() + 8 + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) throw file_error(path, "header is not valid JSON");
   if (!header.is_object()) throw file_error(path, "header is not a JSON object");
@@ -135,7 +137,9 @@ Checkpoint::Checkpoint(const std::string& model_dir) : dir_(model_dir) {
       throw file_error(path, "not a regular file");
     }
   if (file_exists(index)) {
-    json j = json::parse(read_file(index), nullptr, false);
+    const std::string text = read_file(index);
+    check_json_depth(text, index);
+    json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw file_error(index, "expected a JSON object with a \"weight_map\"");
     std::set<std::string> files;

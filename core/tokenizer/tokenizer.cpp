@@ -18,6 +18,7 @@
 
 #include "util/error.h"
 #include "util/file.h"
+#include "util/json_depth.h"
 #include "util/json_int.h"
 
 namespace kvscope {
@@ -482,7 +483,9 @@ std::string tokenizer_file(const std::string& path) {
 // A JSON file parsed, or kvscope::Error naming the file.
 json parse_json_file(const std::string& path) {
   try {
-    return json::parse(read_file(path));
+    const std::string text = read_file(path);
+    check_json_depth(text, path);
+    return json::parse(text);
   } catch (const json::exception& e) {  // a syntax error, or a number out of range ("1e999")
     throw file_error(path, std::string("malformed JSON: ") + e.what());
   }
