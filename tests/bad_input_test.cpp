@@ -413,10 +413,46 @@ TEST(BadInput, ChatWithAModelThatHasNoChatTokens) {
   expect_one_line_error("generate --prompt hi --chat",
                         "assets/model/tokenizer.json has no <|im_start|> and <|im_end|> tokens: the model was not "
                         "trained on ChatML (drop --chat)");
+  // Markers that are vocabulary entries, not added tokens: encode() splits them into
+  // pieces, so they are plain text to the model just the same (token_id() found them).
+  namespace fs = std::filesystem;
+  const fs::path dir = tiny_model_copy("kvscope-chatml-in-vocab");
+  nlohmann::json tok = nlohmann::json::parse(read_file((dir / "tokenizer.json").string()));
+  nlohmann::json added = nlohmann::json::array();
+  for (const nlohmann::json& t : tok["added_tokens"])
+    if (t["content"] == "<|im_start|>" || t["content"] == "<|im_end|>")
+      tok["model"]["vocab"][t["content"].get<std::string>()] = t["id"];
+    else
+      added.push_back(t);
+  tok["added_tokens"] = added;
+  std::ofstream((dir / "tokenizer.json").string()) << tok.dump();
+  expect_one_line_error("generate --model '" + dir.string() + "' --prompt hi --chat -n 2",
+                        "has no <|im_start|> and <|im_end|> tokens: the model was not trained on ChatML");
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi --chat -n 2").code, 0);  // the fixture's are added tokens
+  fs::remove_all(dir);
 }
 
+// The offset is in --prompt; with --chat it was in the ChatML text around it (17 more).
 TEST(BadInput, PromptThatIsNotUtf8) {
   expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
+  expect_one_line_error(kTiny + "--chat --prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
+}
+
+// A tokenizer.json with ids past the model's embedding (another model's): said before
+// the weights load, naming the tokenizer (once "forward: token id 500 is outside the
+// vocabulary [0, 384)", after loading them). The weights here are cut short: unread.
+TEST(BadInput, APromptTokenPastTheEmbeddingIsSaidBeforeTheWeightsLoad) {
+  namespace fs = std::filesystem;
+  const fs::path dir = tiny_model_copy("kvscope-tokenizer-past-embedding");
+  nlohmann::json tok = nlohmann::json::parse(read_file((dir / "tokenizer.json").string()));
+  tok["added_tokens"].push_back({{"id", 500}, {"content", "<|x|>"}, {"single_word", false}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", false}, {"special", false}});
+  std::ofstream((dir / "tokenizer.json").string()) << tok.dump();
+  fs::resize_file(dir / "model.safetensors", 100);
+  expect_one_line_error("generate --model '" + dir.string() + "' --prompt 'a<|x|>' -n 2",
+                        (dir / "tokenizer.json").string() + " gives the prompt token 500, and the model's embedding "
+                        "has 384 rows (vocab_size in config.json): the tokenizer is another model's");
+  fs::remove_all(dir);
 }
 
 // eval's default policies include TriAttention: on a model folder without a

@@ -168,14 +168,28 @@ void check_args(const GenerateArgs& a) {
 // The prompt's token ids: the text as given, or with --chat as a ChatML user message,
 // with the model's BOS first if it has one.
 std::vector<int> prompt_ids(const GenerateArgs& a, const Tokenizer& tokenizer) {
-  // ChatML's markers must be tokens of their own; otherwise they would be read as plain text.
-  if (a.chat && !(tokenizer.token_id("<|im_start|>") && tokenizer.token_id("<|im_end|>")))
+  // ChatML's markers must be tokens of their own, added tokens that encode() matches:
+  // otherwise they would be read as plain text (a vocabulary entry of the same bytes
+  // is not enough).
+  const auto one_token = [&](const char* marker) { return tokenizer.encode(marker).size() == 1; };
+  if (a.chat && !(one_token("<|im_start|>") && one_token("<|im_end|>")))
     throw Error("--chat: " + shown_path(tokenizer.path()) +
                 " has no <|im_start|> and <|im_end|> tokens: the model was not trained on ChatML (drop --chat)");
+  check_prompt_utf8(a.prompt);  // the offset in --prompt, not in the ChatML text around it
   const std::string text = a.chat ? chat_prompt({{"user", a.prompt}}) : a.prompt;
   const std::vector<int> ids = tokenizer.encode(text);
   if (ids.empty()) throw Error("--prompt: the prompt is empty");
   return tokenizer.with_special_tokens(ids);
+}
+
+// A prompt token the model has no embedding row for: a tokenizer.json from another
+// model. Said before the weights load; the forward pass would refuse it after them.
+void check_prompt_in_vocabulary(const std::vector<int>& prompt, const ModelConfig& config, const Tokenizer& tokenizer) {
+  const int most = *std::max_element(prompt.begin(), prompt.end());
+  if (most >= config.vocab_size)
+    throw Error(shown_path(tokenizer.path()) + " gives the prompt token " + std::to_string(most) +
+                ", and the model's embedding has " + std::to_string(config.vocab_size) +
+                " rows (vocab_size in config.json): the tokenizer is another model's");
 }
 
 // An EOS id the sampler can never draw (a typo such as 1516450) would leave the run to
@@ -244,6 +258,7 @@ void run_generate(const GenerateArgs& a) {
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const std::vector<int> prompt = prompt_ids(a, tokenizer);
   const ModelConfig config = load_config_file(a.model_dir + "/config.json");
+  check_prompt_in_vocabulary(prompt, config, tokenizer);
   check_positions_fit(config, prompt.size(), a.n);  // before the pool's checks: fixing one error shows no other
   PolicyFactory policy;
   if (a.budget > 0) policy = policy_factory(a.policy, a.seed, calibration_file(a.calibration, a.model_dir), config);

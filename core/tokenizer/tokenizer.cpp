@@ -609,9 +609,13 @@ std::string normalize(std::string_view s, int options) {
 
 }  // namespace
 
-std::vector<int> Tokenizer::encode(std::string_view text) const {
+void check_prompt_utf8(std::string_view text) {
   if (const size_t bad = first_invalid_utf8(text); bad != std::string_view::npos)
     throw Error("prompt is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
+}
+
+std::vector<int> Tokenizer::encode(std::string_view text) const {
+  check_prompt_utf8(text);
   std::vector<int> ids;
   size_t start = 0;  // text[start, pos) has no added token and is not encoded yet
   for (size_t pos = 0; pos < text.size();) {

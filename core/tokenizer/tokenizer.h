@@ -126,6 +126,9 @@ class StreamDecoder {
   std::string pending_;  // bytes not yet returned
 };
 
+// kvscope::Error("prompt is not valid UTF-8 (byte offset N)") unless `text` is UTF-8.
+void check_prompt_utf8(std::string_view text);
+
 // A text file to tokenize (eval, heads, calibrate and serve-bench --text): its contents, or
 // kvscope::Error "PATH: not valid UTF-8 (byte offset N): ..." naming the file, and
 // "PATH: cannot open ..." as read_file.
