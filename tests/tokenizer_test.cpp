@@ -569,6 +569,15 @@ TEST_F(TinyTokenizer, DuplicateIdsAreRefused) {
   message = load_error(doc.dump(), "dup_added.json");
   EXPECT_NE(message.find("dup_added.json"), std::string::npos) << message;
   EXPECT_NE(message.find("duplicate id 259"), std::string::npos) << message;
+
+  // One text under two ids: encode() wrote one and token_id() named the other.
+  doc = tiny_tokenizer(false);
+  const json first = doc["added_tokens"][0];
+  doc["added_tokens"].push_back({{"id", 302}, {"content", first["content"]}, {"special", true}});
+  message = load_error(doc.dump(), "dup_content.json");
+  EXPECT_NE(message.find("dup_content.json: added_tokens: " + first["content"].dump() + " has two ids, " +
+                         first["id"].dump() + " and 302"),
+            std::string::npos) << message;
 }
 
 TEST_F(TinyTokenizer, AnIdFarBeyondTheTokensOfTheFileIsRefused) {

@@ -557,10 +557,14 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
       t.id_present_[id] = 1;
       t.bytes_to_id_.emplace(t.id_bytes_[id], id);
     }
+    std::unordered_map<std::string, int> added_id;  // content -> id: one text, one token
     for (const AddedToken& a : added) {
       if (t.id_present_[a.id] && t.id_bytes_[a.id] != a.content)
         throw file_error(path, "added_tokens: duplicate id " + std::to_string(a.id) + " for " + json_quote(a.content) +
                                    " and " + json_quote(t.id_bytes_[a.id]));
+      if (const auto [it, fresh] = added_id.emplace(a.content, a.id); !fresh && it->second != a.id)
+        throw file_error(path, "added_tokens: " + json_quote(a.content) + " has two ids, " + std::to_string(it->second) +
+                                   " and " + std::to_string(a.id) + " (encode would write one, token_id name the other)");
       std::vector<int>& same_start = t.added_by_first_byte_[static_cast<unsigned char>(a.content[0])];
       if (std::find(same_start.begin(), same_start.end(), a.id) == same_start.end()) same_start.push_back(a.id);
       t.id_bytes_[a.id] = a.content;
