@@ -135,6 +135,17 @@ TEST(VizTimeline, RoundAndMoveStepsLandOnTheirEvents) {
   ASSERT_LT(m, t.size());
   EXPECT_EQ(t.event(m - 1).kind, EventKind::SlotMoved);
   EXPECT_EQ(t.event(t.next(Unit::Token, 5) - 1).kind, EventKind::SlotWritten);
+  // One move forward from just before a batch, and one back, return there (back once
+  // went to just after the batch before, or to 0 from the run's first batch).
+  for (size_t from = 0, batches = 0; batches < 3; ++batches) {
+    const size_t begin = t.next_batch(from).first;
+    ASSERT_LT(begin, t.size());
+    EXPECT_EQ(t.next(Unit::Move, begin), begin + 1);
+    EXPECT_EQ(t.prev(Unit::Move, begin + 1), begin) << "batch " << batches;
+    EXPECT_EQ(t.prev(Unit::Move, begin + 2), begin + 1);
+    EXPECT_LT(t.prev(Unit::Move, begin), begin);
+    from = t.next_batch(from).second;
+  }
 }
 
 // A compaction batch is a whole run of consecutive moves: from inside one, the next
@@ -728,6 +739,64 @@ TEST(VizSession, PlaybackSlidesEachCompactionBatchAndReachesTheEnd) {
   EXPECT_EQ(session.history().front().x, 0u);
   EXPECT_EQ(session.history().back().x, session.length());
   EXPECT_FLOAT_EQ(session.history().back().run[1].freed, float(session.view(1).counters().blocks_freed_fraction()));
+}
+
+// Played to its end, the last slide's survivors stop flashing within 0.3 s (they
+// once stayed "moving" for good); a jump flashes nothing; a step flashes what it did.
+TEST(VizSession, AFlashFadesWhenPlayEndsAndOnlyAStepLeavesOne) {
+  const Recording rec = record(small_one_shot(), {});
+  Session session(rec.runs);
+  session.speed = 5000;
+  session.toggle_play();
+  for (int frames = 0; (session.playing || session.slide()) && frames < 100000; ++frames) session.update(1.0 / 60);
+  ASSERT_EQ(session.cursor(), session.length());
+  for (int k = 0; k < 30; ++k) session.update(1.0 / 60);  // half a second
+  for (int v = 0; v < session.views(); ++v) EXPECT_EQ(session.flash_from(v), session.view(v).cursor()) << "view " << v;
+  session.seek(session.length() / 2);
+  for (int v = 0; v < session.views(); ++v) EXPECT_EQ(session.flash_from(v), session.view(v).cursor()) << "view " << v;
+  const size_t c = session.cursor();
+  session.step(Unit::Event, +1);
+  EXPECT_EQ(session.flash_from(session.primary()), c);
+  for (int k = 0; k < 60; ++k) session.update(1.0 / 60);
+  EXPECT_EQ(session.flash_from(session.primary()), c) << "a step's flash stays while the clock is stopped";
+}
+
+// A step back during a slide returns to before it (it once completed the slide: a
+// step back that moved the clock forward). Pausing holds playback's slide, and a
+// second play pauses before the batch again (it once went straight into the slide).
+TEST(VizSession, AStepBackDuringASlideReturnsAndAPauseHoldsIt) {
+  const Recording rec = record(small_one_shot(), {});
+  Session session(rec.runs);
+  session.show_slide(0, 0.5);
+  ASSERT_NE(session.slide(), nullptr);
+  const size_t begin = session.slide()->begin;
+  session.step(Unit::Event, -1);
+  EXPECT_EQ(session.slide(), nullptr);
+  EXPECT_EQ(session.cursor(), begin);
+
+  session.speed = 5000;
+  for (int play = 0; play < 2; ++play) {
+    session.seek(0);
+    session.toggle_play();
+    bool paused_before_the_batch = false;
+    int frames = 0;
+    while (!session.slide() && frames++ < 100000) {
+      session.update(1.0 / 60);
+      if (!session.slide() && session.cursor() == begin) paused_before_the_batch = true;
+    }
+    EXPECT_TRUE(paused_before_the_batch) << "play " << play;
+    ASSERT_NE(session.slide(), nullptr);
+    session.update(0.05);
+    session.toggle_play();  // pause mid-slide
+    const double t = session.slide()->t;
+    session.update(0.5);
+    ASSERT_NE(session.slide(), nullptr);
+    EXPECT_EQ(session.slide()->t, t) << "play " << play;
+    session.toggle_play();
+    for (int k = 0; k < 120 && session.slide(); ++k) session.update(1.0 / 60);
+    EXPECT_EQ(session.slide(), nullptr);
+    session.playing = false;
+  }
 }
 
 TEST(VizScenarios, SharedPoolRunsReplayCleanly) {

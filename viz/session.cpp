@@ -54,35 +54,43 @@ void Session::mark_flash(const std::vector<size_t>& before) {
   trail_.clear();
 }
 
-void Session::seek(size_t c) {
+void Session::go(size_t c) {
   slide_.view = -1;
   pause_left_ = 0;
-  const std::vector<size_t> before = cursors();
+  paused_before_ = SIZE_MAX;  // played again from here, a batch pauses before it slides
   views_[size_t(primary_)].seek(c);
   follow();
-  mark_flash(before);
+}
+
+void Session::seek(size_t c) {
+  go(c);
+  clear_flash();
 }
 
 void Session::step(Unit unit, int dir) {
-  if (slide_.view >= 0) {  // a step during a slide completes it
-    const std::vector<size_t> before = cursors();
-    finish_slide();
+  const std::vector<size_t> before = cursors();
+  if (slide_.view >= 0) {  // forward completes the slide; back returns to before it (its moves unapplied)
+    if (dir > 0) finish_slide();
+    else go(slide_.begin);
     mark_flash(before);
     return;
   }
   const Timeline& p = primary_view();
   if (dir < 0) {
-    seek(p.prev(unit, cursor()));
+    go(p.prev(unit, cursor()));
+    mark_flash(before);
     return;
   }
   const size_t target = p.next(unit, cursor());
   if (unit == Unit::Move && animate && target > 0 && target <= p.size() &&
       p.event(target - 1).kind == EventKind::SlotMoved) {
-    seek(target - 1);
-    start_slide(target - 1, target, move_seconds);
+    go(target - 1);
+    start_slide(target - 1, target, move_seconds, /*played=*/false);
+    mark_flash(before);
     return;
   }
-  seek(target);
+  go(target);
+  mark_flash(before);
 }
 
 void Session::toggle_play() {
@@ -101,13 +109,13 @@ void Session::show_slide(size_t from, double t) {
   const auto [begin, end] = primary_view().next_batch(from);
   if (begin >= end) return;
   seek(begin);
-  start_slide(begin, end, slide_seconds);
+  start_slide(begin, end, slide_seconds, /*played=*/false);
   slide_.t = std::clamp(t, 0.0, 1.0);
   clear_flash();
 }
 
-void Session::start_slide(size_t begin, size_t end, double seconds) {
-  slide_ = {primary_, begin, end, 0.0, std::max(seconds, 1e-3)};
+void Session::start_slide(size_t begin, size_t end, double seconds, bool played) {
+  slide_ = {primary_, begin, end, 0.0, std::max(seconds, 1e-3), played};
 }
 
 void Session::finish_slide() {
@@ -137,7 +145,7 @@ void Session::update(double dt) {
   // Fast playback shortens the pauses (down to nothing) and the slides (not below 0.15 s).
   const double tempo = std::min(1.0, 20000.0 / std::max(speed, 1.0));
   if (slide_.view >= 0) {
-    slide_.t += dt / slide_.seconds;
+    if (playing || !slide_.played) slide_.t += dt / slide_.seconds;  // a pause holds playback's slide
     if (slide_.t >= 1) finish_slide();
   } else if (playing && pause_left_ > 0) {
     pause_left_ -= dt;
@@ -172,7 +180,7 @@ void Session::play(double dt, double tempo) {
     }
     if (e.kind == EventKind::SlotMoved) {
       const auto [begin, end] = p.next_batch(c);
-      start_slide(begin, end, std::max(0.15, slide_seconds * tempo));
+      start_slide(begin, end, std::max(0.15, slide_seconds * tempo), /*played=*/true);
       budget_ = 0;
       break;
     }
@@ -188,13 +196,14 @@ void Session::play(double dt, double tempo) {
   if (p.cursor() >= p.size() && slide_.view < 0) playing = false;
 }
 
-// What happened in the last 0.3 s flashes; a stopped clock keeps its last flash.
+// What happened in the last 0.3 s flashes. When the clock stops, that fades out
+// over 0.3 s too; a step's flash (mark_flash, no trail) stays until the next.
 void Session::update_flash() {
   if (!playing && slide_.view < 0 && trail_.empty()) return;
   trail_.emplace_back(clock_, cursors());
   while (trail_.size() > 1 && trail_[1].first <= clock_ - 0.3) trail_.pop_front();
   flash_ = trail_.front().second;
-  if (!playing && slide_.view < 0 && trail_.front().first <= clock_ - 0.3) trail_.clear();
+  if (!playing && slide_.view < 0 && flash_ == cursors()) trail_.clear();
 }
 
 void Session::build_history() {

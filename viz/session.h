@@ -63,8 +63,9 @@ class Session {
   // The clock: the primary's cursor.
   size_t cursor() const { return primary_view().cursor(); }
   size_t length() const { return primary_view().size(); }
-  void seek(size_t c);           // stops any slide; the flash marks what the jump applied
-  void step(Unit unit, int dir);  // dir +1 or -1; a Move step forward slides when animating
+  void seek(size_t c);           // a jump: stops any slide; nothing flashes
+  void step(Unit unit, int dir);  // dir +1 or -1; a Move step forward slides when animating; the flash marks
+                                  // what the step applied
   void reset() { playing = false, seek(0); }
   void toggle_play();
   void clear_flash();  // nothing "just happened" (for still screenshots)
@@ -86,6 +87,7 @@ class Session {
     size_t begin = 0, end = 0;  // the SlotMoved events in flight (not applied yet)
     double t = 0;               // 0 .. 1, linear
     double seconds = 1;
+    bool played = false;        // started by playback (a pause holds it), else by a step or show_slide
   };
   const Slide* slide() const { return slide_.view >= 0 ? &slide_ : nullptr; }
   // What view i is doing, in words: its Timeline::phase(), or the slide.
@@ -107,7 +109,8 @@ class Session {
   void update_flash();
   void follow();  // puts the other views at the primary's logical position
   void mark_flash(const std::vector<size_t>& before);
-  void start_slide(size_t begin, size_t end, double seconds);
+  void go(size_t c);  // seek without touching the flash
+  void start_slide(size_t begin, size_t end, double seconds, bool played);
   void finish_slide();
   void build_history();
   std::vector<size_t> cursors() const;

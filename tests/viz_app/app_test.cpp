@@ -819,7 +819,11 @@ class VerifyPicture : public HeadlessApp {
 
 TEST_F(VerifyPicture, PassesTheCacheAsItIsAndNamesASlotPaintedWrong) {
   app.load(scenario("blog-1k-random"));
-  app.session->seek(app.session->length());  // evicted: live slots and holes, free blocks; the jump's flashes
+  // To the end by a step, from just after the last token: evicted (live slots and
+  // holes, free blocks), with the step's evictions and moves flashing.
+  app.session->seek(app.session->primary_view().prev(Unit::Token, app.session->length()));
+  app.session->step(Unit::Token, +1);
+  ASSERT_EQ(app.session->cursor(), app.session->length());
   frame();
   frame();
   ASSERT_TRUE(app.pools[0].drawn && app.pools[1].drawn);
