@@ -157,6 +157,12 @@ std::vector<App::HeadlinePiece> App::headline_pieces() const {
   return pieces;
 }
 
+std::string App::rule() const {
+  if (!session) return "";
+  return "A block goes back to the pool only when all " + std::to_string(session->view(0).occupancy().block_size()) +
+         " of its slots are empty: one survivor holds the whole block.";
+}
+
 std::string App::headline() const {
   std::string s;
   for (const HeadlinePiece& p : headline_pieces()) s += (s.empty() ? "" : " ") + p.text;
@@ -183,8 +189,8 @@ void App::adopt_a_finished_recording() {
   pending_scenario.reset();
 }
 
-// The headline, each run's numbers in its strategy's colour, then the summary line:
-// always on screen.
+// The headline, each run's numbers in its strategy's colour, the rule behind them,
+// then the summary line: always on screen.
 void App::draw_headline() {
   if (title_font) ImGui::PushFont(title_font);
   bool first = true;
@@ -196,6 +202,7 @@ void App::draw_headline() {
     if (p.view >= 0) ImGui::PopStyleColor();
   }
   if (title_font) ImGui::PopFont();
+  text_wrapped(rule());
   ImGui::PushStyleColor(ImGuiCol_Text, palette::kTextDim);
   text_wrapped(summary);
   ImGui::PopStyleColor();

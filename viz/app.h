@@ -96,9 +96,9 @@ class App {
   void frame(float dt);
 
   // The headline: "blog-16k-random: evicted 87.5% — freed 12.0% (holes) vs 87.5% (compact)".
-  // Served runs schedule the requests each its own way, and evict different shares
-  // (serve-model, half-way): "evicted 66.0%, freed 25.0% (holes) vs evicted 60.2%,
-  // freed 54.9% (compact)".
+  // Served runs schedule the requests each its own way, and evict different shares;
+  // each "freed" is its run's average so far (serve-model, half-way): "evicted A%,
+  // freed B% on average so far (holes) vs evicted C%, freed D% on average so far (compact)".
   // Once every request is released nothing is held, and a run's figure is its
   // average over the tokens written: "freed 12.6% on average (holes)".
   // In pieces for the window, which draws each run's numbers in its strategy's colour.
@@ -108,6 +108,9 @@ class App {
   };
   std::vector<HeadlinePiece> headline_pieces() const;
   std::string headline() const;  // the pieces joined (printed with --screenshot)
+  // The rule the picture shows, under the headline: "A block goes back to the pool only
+  // when all 16 of its slots are empty: one survivor holds the whole block."
+  std::string rule() const;
 
   // --verify: reads the pixels of the last frame (RGBA, top row first) back
   // into slot classes (free, live, hole) by the palette, and compares them with

@@ -486,6 +486,17 @@ TEST_F(HeadlessApp, TheHeadlineSaysWhatEachRunEvictedAndFreed) {
   EXPECT_EQ(app.headline(), "serve-model: " + averaged(0, "holes") + " vs " + averaged(1, "compact"));
 }
 
+// The rule that makes the picture read, under the headline, with the run's block size.
+TEST_F(HeadlessApp, TheRuleOfBlocksIsOnScreenWithTheRunsBlockSize) {
+  app.load(scenario("blog-1k-random"));
+  EXPECT_EQ(app.rule(), "A block goes back to the pool only when all 16 of its slots are empty: one survivor holds "
+                        "the whole block.");
+  RunSettings s = scenario("blog-1k-random").settings;
+  s.block_size = 8;
+  app.load(Scenario{"", "", s, 1000});
+  EXPECT_NE(app.rule().find("all 8 of its slots"), std::string::npos) << app.rule();
+}
+
 // The height below the transport bar, shared: in a window of 1600x1000 the strip and
 // the charts take 13% and 25% (at least 70 and 150 px). In a short one (1024x600; a
 // 1080p screen at 200%) they once kept those floors and left the pools a strip of
