@@ -557,6 +557,42 @@ TEST_F(TinyTokenizer, BpeOptionsThatChangeTheIdsAreRefused) {
   EXPECT_NO_THROW(load(doc));
 }
 
+// A split pattern that matches the empty string (Qwen's never does, but the loader
+// takes any): each empty match splits there, and the search steps over one whole
+// character. "x*" cuts "éaa" into é | a | a, so neither the merge "a a" nor one
+// across the pieces applies, and é stays whole for its merge.
+TEST_F(TinyTokenizer, AnEmptyMatchSplitsAndStepsOverAWholeCharacter) {
+  json doc = tiny_tokenizer(false);
+  doc["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "x*";
+  doc["model"]["vocab"][byte_level("\xC3\xA9")] = 400;
+  doc["model"]["merges"].push_back(byte_level("\xC3") + " " + byte_level("\xA9"));
+  const Tokenizer t = load(doc);
+  EXPECT_EQ(t.encode("\xC3\xA9" "aa"), (std::vector<int>{400, 'a', 'a'}));
+  EXPECT_EQ(t.encode("aa"), (std::vector<int>{'a', 'a'}));
+  doc["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "y";  // no empty match: "aa" is one piece
+  EXPECT_EQ(load(doc).encode("aa"), (std::vector<int>{265}));
+}
+
+// What would change the tokens, and was passed over: an added token's lstrip, rstrip
+// or single_word (Qwen's are all false), and a Sequence whose steps are null (read as none).
+TEST_F(TinyTokenizer, FlagsAndStepsThatWouldTokenizeDifferentlyAreRefused) {
+  for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
+    json doc = tiny_tokenizer(false);
+    doc["added_tokens"][0][flag] = true;
+    const std::string message = load_error(doc.dump(), "flags.json");
+    EXPECT_NE(message.find(std::string(" has ") + flag + " = true, which kvscope does not implement"), std::string::npos)
+        << message;
+    doc["added_tokens"][0][flag] = false;
+    EXPECT_NO_THROW(load(doc));
+  }
+  json doc = tiny_tokenizer(false);
+  doc["normalizer"] = {{"type", "Sequence"}, {"normalizers", nullptr}};
+  EXPECT_NE(load_error(doc.dump(), "steps.json").find("steps.json: normalizer.normalizers must be a list, got null"),
+            std::string::npos);
+  doc["normalizer"]["normalizers"] = json::array({{{"type", "NFC"}}});
+  EXPECT_NO_THROW(load(doc));
+}
+
 TEST_F(TinyTokenizer, DuplicateIdsAreRefused) {
   json doc = tiny_tokenizer(false);
   doc["model"]["vocab"]["xyz"] = 5;

@@ -137,6 +137,14 @@ const json& require(const json& object, const char* key, const std::string& name
   return object.at(key);
 }
 
+// object[key], which must be a list: a Sequence's steps (null or an object would
+// read as no steps, and tokenize differently without a word).
+const json& require_list(const json& object, const char* key, const std::string& name, const std::string& path) {
+  const json& v = require(object, key, name, path);
+  if (!v.is_array()) throw file_error(path, name + " must be a list, got " + v.type_name());
+  return v;
+}
+
 // A JSON string value rendered for a message, quoted.
 std::string json_quote(const std::string& s) { return json(s).dump(); }
 
@@ -282,7 +290,7 @@ std::string read_split_pattern(const json& doc, const std::string& path) {
   if (pre.is_null()) throw file_error(path, "pre_tokenizer is null; a ByteLevel pre_tokenizer is required");
   std::vector<json> steps;
   if (pre.value("type", "") == "Sequence") {
-    for (const json& step : require(pre, "pretokenizers", "pre_tokenizer.pretokenizers", path)) steps.push_back(step);
+    for (const json& step : require_list(pre, "pretokenizers", "pre_tokenizer.pretokenizers", path)) steps.push_back(step);
   } else {
     steps.push_back(pre);
   }
@@ -364,7 +372,7 @@ void read_normalizer(const json& n, std::vector<int>& forms, const std::string& 
   if (n.is_null()) return;
   std::string type = n.value("type", "");
   if (type == "Sequence") {
-    for (const json& step : require(n, "normalizers", "normalizer.normalizers", path)) read_normalizer(step, forms, path);
+    for (const json& step : require_list(n, "normalizers", "normalizer.normalizers", path)) read_normalizer(step, forms, path);
     return;
   }
   int compose = UTF8PROC_STABLE | UTF8PROC_COMPOSE, decompose = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
@@ -384,7 +392,7 @@ void read_post_processor(const json& p, std::vector<int>& prefix, std::vector<in
   const std::string type = p.value("type", "");
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
-    for (const json& step : require(p, "processors", "post_processor.processors", path))
+    for (const json& step : require_list(p, "processors", "post_processor.processors", path))
       read_post_processor(step, prefix, suffix, path);
     return;
   }
@@ -419,7 +427,8 @@ struct AddedToken {
 };
 
 // "added_tokens": [{"id", "content", "special"}, ...]; missing or null = none.
-// (Their lstrip/rstrip/single_word flags are all false in Qwen and are ignored.)
+// Their lstrip/rstrip/single_word flags are all false in Qwen; one that is true
+// would change what matches, and is refused.
 std::vector<AddedToken> read_added_tokens(const json& doc, const std::string& path) {
   std::vector<AddedToken> added;
   if (!doc.contains("added_tokens") || doc["added_tokens"].is_null()) return added;
@@ -429,6 +438,10 @@ std::vector<AddedToken> read_added_tokens(const json& doc, const std::string& pa
     if (!json_int_in(id, 0, INT32_MAX) || !content.is_string() ||
         content.get<std::string>().empty())
       throw file_error(path, "added_tokens: entry " + a.dump() + " needs an id and a non-empty content");
+    for (const char* flag : {"lstrip", "rstrip", "single_word"})
+      if (a.contains(flag) && a[flag] != false)
+        throw file_error(path, "added_tokens: " + json_quote(content.get<std::string>()) + " has " + flag + " = " +
+                                   a[flag].dump() + ", which kvscope does not implement");
     added.push_back({id.get<int>(), content.get<std::string>(), a.value("special", false)});
   }
   return added;
