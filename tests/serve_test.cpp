@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -660,6 +661,18 @@ TEST(ServeBench, TheStrategiesThatFinishedArePrintedWhenALaterOneRunsOut) {
       "--policy random --chunk 4 --repeat 1 --json " + json);
   EXPECT_EQ(j.code, 1);
   EXPECT_NE(j.output.find("(--json " + json + " not written)\n"), std::string::npos) << j.output;
+  // --trace records the last strategy; holes first running out means it never ran
+  // (once no word of the missing file).
+  const std::string trace = testing::TempDir() + "serve_not_recorded.trace";
+  std::remove(trace.c_str());
+  const test::ProgramRun t = test::run_kvscope(
+      "serve-bench --model '" + test::tiny_model("tiny-tied") + "' --strategies holes,compact --requests 1 "
+      "--prompt-len 8 --output-len 300 --blocks 8 --block-size 4 --budget 16 --slack 6 --sinks 2 --recent 5 "
+      "--policy random --chunk 4 --repeat 1 --trace " + trace);
+  EXPECT_EQ(t.code, 1);
+  EXPECT_NE(t.output.find("(--trace " + trace + " not written: it records compact, which did not run)\n"),
+            std::string::npos) << t.output;
+  EXPECT_FALSE(std::filesystem::exists(trace));
 }
 
 // The peak is taken within a step, after its K/V writes and before the finished

@@ -357,6 +357,8 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
         // shows what filled the pool. No --json: the finished rows are above.
         std::string what = e.what();
         if (record) what += trace_of_the_refused_run(a.trace, [&] { write_the_trace(stopped); });
+        else if (!a.trace.empty())  // it records the last strategy, which never ran
+          what += " (--trace " + a.trace + " not written: it records " + a.strategies.back() + ", which did not run)";
         if (!a.json.empty()) what += " (--json " + a.json + " not written)";
         throw PoolExhausted(what);
       }

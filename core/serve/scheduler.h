@@ -5,7 +5,8 @@
 //   step():
 //     1. admit   while no request is prefilling, the front waiting request gets a
 //                sequence once the pool has the free blocks its prefill needs, beyond
-//                those the running requests take in this step
+//                those the running requests take in this step (a preempted request:
+//                at least the blocks it held and asked for; with none running, at once)
 //     2. batch   every running request's next tokens: one for a decoding request,
 //                up to `chunk` for the prefilling one (its prompt in pieces, so the
 //                others keep decoding while it fills)

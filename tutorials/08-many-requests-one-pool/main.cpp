@@ -118,11 +118,11 @@ static void blocks_a_sequence_holds(const std::vector<std::string>& strategies, 
   }
   // A round runs once a step leaves budget + slack live: the most a decoding sequence
   // holds. A prefill chunk can land on up to round_starts_at() - 1 live tokens first.
-  const int kept = schedule.round_starts_at();
-  const int prefilling = kept - 1 + kChunk;
+  const int most = schedule.round_starts_at();
+  const int prefilling = most - 1 + kChunk;
   std::printf("  under eviction a decoding sequence holds at most %d tokens: %d blocks when its survivors are packed\n"
               "  (one being prefilled, up to %d: a chunk of %d can come before the round)\n",
-              kept, (kept + kBlockSize - 1) / kBlockSize, prefilling, kChunk);
+              most, (most + kBlockSize - 1) / kBlockSize, prefilling, kChunk);
 }
 
 // Part 3: every request preempted in the run without eviction, served again alone
@@ -137,7 +137,7 @@ static void preemption_loses_nothing(const Model& model, const Timeline& none, i
     EngineConfig roomy = engine_for_strategy("none", evicting());
     roomy.num_blocks = whole;
     Engine engine(model, roomy);
-    Scheduler alone(engine, ServeConfig{/*chunk=*/32});
+    Scheduler alone(engine, ServeConfig{kChunk});
     alone.submit(r.prompt, kNewTokens);
     alone.run();
     same += alone.request(0).output == r.output;
