@@ -95,6 +95,33 @@ TEST(Engine, ASnapKVBudgetBelowItsWindowIsRefusedBeforeTheSequenceIsAdded) {
   EXPECT_EQ(fits.add_sequence(), 0);
 }
 
+// A schedule the engine cannot run is refused before the pool is made: here a pool
+// of 2^29 blocks, more than memory holds, would be that error (and, where it fitted,
+// gigabytes allocated to be thrown away).
+TEST(Engine, ABadScheduleIsRefusedBeforeThePoolIsAllocated) {
+  const Model m = load_model(test::tiny_model("tiny-untied"));
+  EngineConfig c = config_for(MemoryStrategy::Compact, "h2o", 40);
+  c.num_blocks = 1 << 29;
+  c.block_size = 256;
+  c.policy = nullptr;
+  try {
+    Engine e(m, c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(), "engine: an eviction budget needs a policy");
+  }
+  c = config_for(MemoryStrategy::Compact, "h2o", 40);
+  c.num_blocks = 1 << 29;
+  c.block_size = 256;
+  c.schedule.sinks = 50;  // more than the budget holds
+  try {
+    Engine e(m, c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_EQ(std::string(err.what()).rfind("--budget 40 is smaller than the protected tokens", 0), 0u) << err.what();
+  }
+}
+
 TEST(Engine, HoleReuseKeepsTheSameTokensAndNearlyTheSameLogits) {
   // Reusing holes puts new tokens out of order in the table; attention follows the
   // recorded positions, so only the order of the float sums changes.

@@ -21,9 +21,12 @@ void check_engine_memory(const ModelConfig& c, const EngineConfig& config) {
                            PagedKvCache::describe(config.num_blocks, config.block_size));
 }
 
-// config.num_blocks, once the pool's tables and the CPU K/V are known to fit
-// (before the cache, the first member to allocate, is made).
+// config.num_blocks, once the schedule is valid and the pool's tables and the CPU K/V
+// are known to fit: before the cache, the first member to allocate, is made (a bad
+// schedule once allocated the whole pool to be refused).
 static int checked_num_blocks(const ModelConfig& c, const EngineConfig& config) {
+  config.schedule.validate();
+  if (config.schedule.enabled() && !config.policy) throw Error("engine: an eviction budget needs a policy");
   check_engine_memory(c, config);
   return config.num_blocks;
 }
@@ -33,10 +36,7 @@ Engine::Engine(const Model& model, const EngineConfig& config, EventLog* log)
       config_(config),
       cache_(checked_num_blocks(model.config, config), config.block_size, config.strategy, log),
       backend_(config.backend ? config.backend(model, config.num_blocks, config.block_size)
-                              : std::make_unique<CpuBackend>(model, config.num_blocks, config.block_size)) {
-  config_.schedule.validate();
-  if (config_.schedule.enabled() && !config_.policy) throw Error("engine: an eviction budget needs a policy");
-}
+                              : std::make_unique<CpuBackend>(model, config.num_blocks, config.block_size)) {}
 
 int Engine::add_sequence() {
   std::unique_ptr<EvictionPolicy> policy = config_.schedule.enabled() ? config_.policy() : nullptr;
