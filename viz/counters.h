@@ -77,7 +77,6 @@ struct Counters {
   double expected_freed_fraction() const;  // (evicted fraction)^block_size
   int64_t bytes_per_block() const { return int64_t(block_size) * bytes_per_token; }
   int64_t memory_in_use() const { return int64_t(blocks_in_use) * bytes_per_block(); }
-  int64_t memory_full_cache() const { return full_cache_blocks * bytes_per_block(); }
   int64_t bytes_reclaimed() const {
     return full_cache_blocks > blocks_in_use ? (full_cache_blocks - blocks_in_use) * bytes_per_block() : 0;
   }

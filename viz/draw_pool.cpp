@@ -198,7 +198,8 @@ void header(const Timeline& t, const Session& s, int view, float width) {
     return nowrap(slots ? "moved " + amount + " (" + commas(slots) + (slots == 1 ? " slot)" : " slots)")
                         : "no bytes moved");
   };
-  std::string pool = "a pool of " + commas(blocks) + " blocks of " + plural(t.occupancy().block_size(), "slot");
+  std::string pool = "a pool of " + commas(blocks) + (blocks == 1 ? " block" : " blocks") + " of " +
+                     plural(t.occupancy().block_size(), "slot");
   pool += bar(pool + "  |  " + moved("8.88 MB", int64_t(t.moves())));
   pool += moved(bytes(double(c.bytes_moved())), c.moved);
   text_wrapped(pool, right);

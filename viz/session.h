@@ -95,7 +95,6 @@ class Session {
   // The phase while round `round`'s survivors slide: the longest phase there is.
   static std::string slide_phase(int round);
   float slide_progress() const;  // eased 0 .. 1
-  bool pausing() const { return pause_left_ > 0; }
   // The events of view i that just happened (to flash): [flash_from(i), cursor).
   size_t flash_from(int i) const { return std::min(flash_[size_t(i)], views_[size_t(i)].cursor()); }
   // The chart series, built once over the whole run.

@@ -33,7 +33,6 @@ class Timeline {
   explicit Timeline(std::shared_ptr<const Run> run);  // replays once (checks the events; throws kvscope::Error)
 
   const Run& run() const { return *run_; }
-  std::shared_ptr<const Run> run_ptr() const { return run_; }
   size_t size() const { return run_->events.size(); }
   size_t cursor() const { return cursor_; }  // events applied, 0 .. size()
   const Occupancy& occupancy() const { return occ_; }
