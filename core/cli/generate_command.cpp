@@ -223,7 +223,7 @@ GenerateOptions generate_options(const GenerateArgs& a, const ModelConfig& confi
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = schedule;
   options.engine.policy = std::move(policy);
-  options.engine.num_blocks = int((prompt_tokens + size_t(a.n) + size_t(a.block_size) - 1) / size_t(a.block_size));
+  options.engine.num_blocks = int(blocks_for_tokens(tokens_fed(prompt_tokens, a.n), a.block_size));  // the last token is never fed
   if (a.kv_memory_mb > 0) try {
       options.engine.num_blocks = blocks_for_budget(config, a.block_size, size_t(std::llround(a.kv_memory_mb * 1e6)));
     } catch (const Error& e) {  // "a KV memory budget of 1,000 bytes is smaller than one block (...)"
