@@ -450,7 +450,7 @@ TEST(BadInput, APromptTokenPastTheEmbeddingIsSaidBeforeTheWeightsLoad) {
   std::ofstream((dir / "tokenizer.json").string()) << tok.dump();
   fs::resize_file(dir / "model.safetensors", 100);
   expect_one_line_error("generate --model '" + dir.string() + "' --prompt 'a<|x|>' -n 2",
-                        (dir / "tokenizer.json").string() + " gives the prompt token 500, and the model's embedding "
+                        "kvscope-tokenizer-past-embedding/tokenizer.json gives the prompt token 500, and the model's embedding "
                         "has 384 rows (vocab_size in config.json): the tokenizer is another model's");
   fs::remove_all(dir);
 }
