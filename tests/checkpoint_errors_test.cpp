@@ -156,9 +156,16 @@ TEST(JsonDepth, SixtyFourLevelsReadAndSixtyFiveAreRefusedCountingOutsideStrings)
   EXPECT_THROW(check_json_depth(nested(65), "x.json"), Error);
   // Brackets in a string are text, an escaped quote does not end it; after the
   // string, the count goes on where it was.
-  const std::string in_string = "[\"" + std::string(100, '[') + "\\\"" + std::string(100, '{') + "\", " + nested(63) + "]";
+  const std::string in_string =
+      "[\"" + std::string(100, '[') + "\\\"" + std::string(100, '{') + "\", " + nested(63) + "]";
   EXPECT_NO_THROW(check_json_depth(in_string, "x.json"));
   EXPECT_THROW(check_json_depth("[\"\\\\\", " + nested(64) + "]", "x.json"), Error);  // "\\" ends there
+  // After a byte order mark too (nlohmann skips one). A text that does not start as
+  // an array or an object is the parser's (a binary file's bytes once counted as
+  // brackets: "model.safetensors: JSON nested more than 64 levels deep").
+  EXPECT_THROW(check_json_depth("\xEF\xBB\xBF " + nested(65), "x.json"), Error);
+  EXPECT_NO_THROW(check_json_depth("\x89PNG" + nested(65), "x.json"));
+  EXPECT_NO_THROW(check_json_depth("[]" + nested(65), "x.json"));  // after the value: trailing bytes, the parser's
   // Deep one after another is not deep.
   std::string siblings = "[";
   for (int i = 0; i < 1000; ++i) siblings += nested(60) + ",";

@@ -15,12 +15,16 @@ namespace kvscope {
 constexpr int kMaxJsonDepth = 64;
 
 // kvscope::Error naming `source` when `text` opens more than kMaxJsonDepth arrays or
-// objects at once, counting outside strings. Invalid JSON otherwise passes: the
-// parser says what is wrong with it.
+// objects at once, counting outside strings. Anything else passes, for the parser to
+// say what is wrong with it: a text that does not start as JSON's arrays and objects
+// do (a binary file, whose bytes would count as brackets) is not scanned at all.
 inline void check_json_depth(std::string_view text, const std::string& source) {
+  const size_t bom = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;  // a UTF-8 byte order mark, which nlohmann skips
+  const size_t first = text.find_first_not_of(" \t\r\n", bom);
+  if (first == std::string_view::npos || (text[first] != '{' && text[first] != '[')) return;
   int depth = 0;
   bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
+  for (size_t i = first; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
       if (c == '\\') ++i;  // the escaped character, a quote included
@@ -29,10 +33,10 @@ inline void check_json_depth(std::string_view text, const std::string& source) {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth)
-        throw file_error(source, "JSON nested more than " + std::to_string(kMaxJsonDepth) +
-                                     " levels deep (at byte " + std::to_string(i) + "), deeper than any file kvscope reads");
-    } else if (c == ']' || c == '}') {
-      --depth;
+        throw file_error(source, "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep (at byte " +
+                                     std::to_string(i) + ")");
+    } else if ((c == ']' || c == '}') && --depth == 0) {
+      return;  // the value is closed: what follows is the parser's to judge
     }
   }
 }
