@@ -752,13 +752,23 @@ TEST(VizSession, AFlashFadesWhenPlayEndsAndOnlyAStepLeavesOne) {
   ASSERT_EQ(session.cursor(), session.length());
   for (int k = 0; k < 30; ++k) session.update(1.0 / 60);  // half a second
   for (int v = 0; v < session.views(); ++v) EXPECT_EQ(session.flash_from(v), session.view(v).cursor()) << "view " << v;
-  session.seek(session.length() / 2);
+  session.seek(0);
+  session.seek(session.length() / 2);  // forward: a jump once flashed every event it applied
   for (int v = 0; v < session.views(); ++v) EXPECT_EQ(session.flash_from(v), session.view(v).cursor()) << "view " << v;
   const size_t c = session.cursor();
   session.step(Unit::Event, +1);
   EXPECT_EQ(session.flash_from(session.primary()), c);
   for (int k = 0; k < 60; ++k) session.update(1.0 / 60);
   EXPECT_EQ(session.flash_from(session.primary()), c) << "a step's flash stays while the clock is stopped";
+  // A pause fades what played last, as the end does (it once held it for good).
+  session.seek(0);
+  session.toggle_play();
+  for (int k = 0; k < 30; ++k) session.update(1.0 / 60);
+  ASSERT_TRUE(session.playing);
+  ASSERT_LT(session.flash_from(session.primary()), session.cursor()) << "nothing flashed while playing";
+  session.toggle_play();
+  for (int k = 0; k < 30; ++k) session.update(1.0 / 60);
+  for (int v = 0; v < session.views(); ++v) EXPECT_EQ(session.flash_from(v), session.view(v).cursor()) << "view " << v;
 }
 
 // A step back during a slide returns to before it (it once completed the slide: a

@@ -159,8 +159,12 @@ std::vector<App::HeadlinePiece> App::headline_pieces() const {
 
 std::string App::rule() const {
   if (!session) return "";
-  return "A block goes back to the pool only when all " + std::to_string(session->view(0).occupancy().block_size()) +
-         " of its slots are empty: one survivor holds the whole block.";
+  const auto slots = [&](int v) { return std::to_string(session->view(v).occupancy().block_size()); };
+  const bool differ = session->views() == 2 && slots(1) != slots(0);  // two traces may differ
+  return "A block goes back to the pool only when all " +
+         (differ ? "of its slots (" + slots(0) + " in the first view, " + slots(1) + " in the second)"
+                 : slots(0) + " of its slots") +
+         " are empty: one survivor holds the whole block.";
 }
 
 std::string App::headline() const {

@@ -133,11 +133,9 @@ void place(Session& s, const std::string& at) {
     }
     const double t = in_range(rest, 0, 1, false, "T, how far the batch has slid, is from 0 to 1");
     s.show_slide(batches[k - 1], t);
-    return;
   } else {
     number(at);  // fails with the list of forms
   }
-  s.clear_flash();
 }
 
 // DejaVu Sans when the system has it (Debian: fonts-dejavu-core), with the

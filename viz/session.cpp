@@ -97,7 +97,7 @@ void Session::toggle_play() {
   if (!playing && cursor() >= length()) seek(0);
   playing = !playing;
   budget_ = 0;
-  trail_.clear();
+  if (playing) trail_.clear();  // a pause keeps it: what just happened fades as at the end
 }
 
 void Session::clear_flash() {
@@ -111,7 +111,6 @@ void Session::show_slide(size_t from, double t) {
   seek(begin);
   start_slide(begin, end, slide_seconds, /*played=*/false);
   slide_.t = std::clamp(t, 0.0, 1.0);
-  clear_flash();
 }
 
 void Session::start_slide(size_t begin, size_t end, double seconds, bool played) {
@@ -196,8 +195,9 @@ void Session::play(double dt, double tempo) {
   if (p.cursor() >= p.size() && slide_.view < 0) playing = false;
 }
 
-// What happened in the last 0.3 s flashes. When the clock stops, that fades out
-// over 0.3 s too; a step's flash (mark_flash, no trail) stays until the next.
+// What happened in the last 0.3 s flashes. When the clock stops (a pause, the end),
+// that fades out over 0.3 s too; a step's flash (mark_flash, no trail) stays until
+// the next.
 void Session::update_flash() {
   if (!playing && slide_.view < 0 && trail_.empty()) return;
   trail_.emplace_back(clock_, cursors());

@@ -68,7 +68,6 @@ class Session {
                                   // what the step applied
   void reset() { playing = false, seek(0); }
   void toggle_play();
-  void clear_flash();  // nothing "just happened" (for still screenshots)
   // Shows the compaction batch that starts at or after `from` mid-slide, at t in [0, 1].
   void show_slide(size_t from, double t);
 
@@ -109,6 +108,7 @@ class Session {
   void follow();  // puts the other views at the primary's logical position
   void mark_flash(const std::vector<size_t>& before);
   void go(size_t c);  // seek without touching the flash
+  void clear_flash();  // nothing "just happened"
   void start_slide(size_t begin, size_t end, double seconds, bool played);
   void finish_slide();
   void build_history();

@@ -122,15 +122,11 @@ size_t Timeline::prev(Unit unit, size_t from) const {
   }
   // The last such event before the one at from - 1.
   const auto it = std::lower_bound(list->begin(), list->end(), from - 1);
-  const size_t back = it == list->begin() ? 0 : *(it - 1) + 1;
-  // From just after a batch's first move, back is just before it (the pause before
-  // the batch slides): where the step forward came from, not the batch before.
-  if (unit == Unit::Move && it != list->end() && *it == from - 1) {
-    size_t first = from - 1;
-    while (first > 0 && event(first - 1).kind == EventKind::SlotMoved) --first;
-    return std::max(back, first);
-  }
-  return back;
+  // By move, from just after a move, back is just before it: from a batch's first,
+  // that is the pause before the batch slides, where the step forward came from
+  // (not just after the batch before).
+  if (unit == Unit::Move && it != list->end() && *it == from - 1) return from - 1;
+  return it == list->begin() ? 0 : *(it - 1) + 1;
 }
 
 // (kind, sequence, position) of each logical event, with each run of evictions

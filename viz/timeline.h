@@ -44,7 +44,7 @@ class Timeline {
 
   // The cursor one step of `unit` forward from `from` (just after the next such
   // event), or back (just after the previous such event before the one at
-  // from - 1; 0 when none; by move, just before a batch from just after its first).
+  // from - 1; 0 when none; by move, from just after a move, just before it).
   size_t next(Unit unit, size_t from) const;
   size_t prev(Unit unit, size_t from) const;
 

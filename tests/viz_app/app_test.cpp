@@ -495,6 +495,22 @@ TEST_F(HeadlessApp, TheRuleOfBlocksIsOnScreenWithTheRunsBlockSize) {
   s.block_size = 8;
   app.load(Scenario{"", "", s, 1000});
   EXPECT_NE(app.rule().find("all 8 of its slots"), std::string::npos) << app.rule();
+  // Two traces of different block sizes: each view's (once the first's alone).
+  std::vector<std::string> paths;
+  for (int block_size : {4, 8}) {
+    SimulationConfig c;
+    c.tokens = 200;
+    c.block_size = block_size;
+    c.record_events = true;
+    const SimulationResult r = simulate(c);
+    paths.push_back(test::own_temp_dir() + "blocks-of-" + std::to_string(block_size) + ".trace");
+    write_trace(paths.back(), {block_size, r.blocks_full_cache, MemoryStrategy::Compact, {{"policy", "random"}}},
+                r.events);
+  }
+  app.load_traces(paths);
+  EXPECT_EQ(app.rule(), "A block goes back to the pool only when all of its slots (4 in the first view, 8 in the "
+                        "second) are empty: one survivor holds the whole block.");
+  for (const std::string& path : paths) std::remove(path.c_str());
 }
 
 // The height below the transport bar, shared: in a window of 1600x1000 the strip and
