@@ -435,7 +435,8 @@ TEST(BadInput, ChatWithAModelThatHasNoChatTokens) {
 // The offset is in --prompt; with --chat it was in the ChatML text around it (17 more).
 TEST(BadInput, PromptThatIsNotUtf8) {
   expect_one_line_error(kTiny + "--prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
-  expect_one_line_error(kTiny + "--chat --prompt \"$(printf 'ok \\377')\"", "prompt is not valid UTF-8 (byte offset 3)");
+  expect_one_line_error(kTiny + "--chat --prompt \"$(printf 'ok \\377')\"",
+                        "prompt is not valid UTF-8 (byte offset 3)");
 }
 
 // A tokenizer.json with ids past the model's embedding (another model's): said before
@@ -450,8 +451,8 @@ TEST(BadInput, APromptTokenPastTheEmbeddingIsSaidBeforeTheWeightsLoad) {
   std::ofstream((dir / "tokenizer.json").string()) << tok.dump();
   fs::resize_file(dir / "model.safetensors", 100);
   expect_one_line_error("generate --model '" + dir.string() + "' --prompt 'a<|x|>' -n 2",
-                        "kvscope-tokenizer-past-embedding/tokenizer.json gives the prompt token 500, and the model's embedding "
-                        "has 384 rows (vocab_size in config.json): the tokenizer is another model's");
+                        "kvscope-tokenizer-past-embedding/tokenizer.json gives the prompt token 500, and the model's "
+                        "embedding has 384 rows (vocab_size in config.json): the tokenizer is another model's");
   fs::remove_all(dir);
 }
 

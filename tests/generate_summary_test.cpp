@@ -4,9 +4,12 @@
 // strategy that never compacts.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "cache/trace.h"
+#include "own_temp_dir.h"
 #include "run_kvscope.h"
 
 namespace kvscope {
@@ -53,6 +56,21 @@ TEST(GenerateSummary, OneNewTokenHasNoDecodeSpeed) {
   const size_t at = two.output.find(" | decode: 2 tokens, ");
   ASSERT_NE(at, std::string::npos) << two.output;
   EXPECT_GT(std::atof(two.output.c_str() + at + 21), 0) << two.output;
+}
+
+// The pool holds the tokens the run feeds, prompt + n - 1 (the last new token is
+// never fed), not one more: with blocks of one slot, as many blocks as tokens cached.
+TEST(GenerateSummary, ThePoolHoldsTheTokensFedAndNoMore) {
+  const std::string trace = test::own_temp_dir() + "pool.trace";
+  const ProgramRun r = run_kvscope("generate --prompt hi -n 3 --temperature 0 --block-size 1 --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const size_t at = r.output.find("cache: no eviction, block size 1: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int cached = std::atoi(r.output.c_str() + at + 34);
+  EXPECT_NE(r.output.find(std::to_string(cached) + " tokens cached in " + std::to_string(cached) + " blocks"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(read_trace(trace).header.num_blocks, cached);
+  std::remove(trace.c_str());
 }
 
 // The line "weights: matrices ..., X MB" of a run with --weights FORMAT: the text

@@ -580,8 +580,8 @@ TEST_F(TinyTokenizer, FlagsAndStepsThatWouldTokenizeDifferentlyAreRefused) {
     json doc = tiny_tokenizer(false);
     doc["added_tokens"][0][flag] = true;
     const std::string message = load_error(doc.dump(), "flags.json");
-    EXPECT_NE(message.find(std::string(" has ") + flag + " = true, which kvscope does not implement"), std::string::npos)
-        << message;
+    EXPECT_NE(message.find(std::string(" has ") + flag + " = true, which kvscope does not implement"),
+              std::string::npos) << message;
     doc["added_tokens"][0][flag] = false;
     EXPECT_NO_THROW(load(doc));
   }
@@ -591,6 +591,13 @@ TEST_F(TinyTokenizer, FlagsAndStepsThatWouldTokenizeDifferentlyAreRefused) {
             std::string::npos);
   doc["normalizer"]["normalizers"] = json::array({{{"type", "NFC"}}});
   EXPECT_NO_THROW(load(doc));
+  doc["pre_tokenizer"]["pretokenizers"] = nullptr;
+  EXPECT_NE(load_error(doc.dump(), "steps.json").find("pre_tokenizer.pretokenizers must be a list, got null"),
+            std::string::npos);
+  doc = tiny_tokenizer(false);
+  doc["post_processor"] = {{"type", "Sequence"}, {"processors", {{"type", "ByteLevel"}}}};
+  EXPECT_NE(load_error(doc.dump(), "steps.json").find("post_processor.processors must be a list, got object"),
+            std::string::npos);
 }
 
 TEST_F(TinyTokenizer, DuplicateIdsAreRefused) {

@@ -223,7 +223,8 @@ GenerateOptions generate_options(const GenerateArgs& a, const ModelConfig& confi
   options.engine.strategy = parse_strategy(a.strategy);
   options.engine.schedule = schedule;
   options.engine.policy = std::move(policy);
-  options.engine.num_blocks = int(blocks_for_tokens(tokens_fed(prompt_tokens, a.n), a.block_size));  // the last token is never fed
+  // The tokens fed (the last new token is never fed), in blocks.
+  options.engine.num_blocks = int(blocks_for_tokens(tokens_fed(prompt_tokens, a.n), a.block_size));
   if (a.kv_memory_mb > 0) try {
       options.engine.num_blocks = blocks_for_budget(config, a.block_size, size_t(std::llround(a.kv_memory_mb * 1e6)));
     } catch (const Error& e) {  // "a KV memory budget of 1,000 bytes is smaller than one block (...)"

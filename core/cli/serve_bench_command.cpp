@@ -113,12 +113,15 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
   for (const std::string& strategy : a.strategies) {
     const EvictionSchedule s = engine_for_strategy(strategy, evicting).schedule;  // "none": no budget
     const bool evicts = s.enabled();
-    if (const int64_t most = live_before_last_step(a, context); evicts && s.round_starts_at() > most)
-      throw Error("--budget " + std::to_string(s.budget) + " + --slack " + std::to_string(s.slack) + " = " +  // "none"
+    const int64_t most = live_before_last_step(a, context);
+    const std::string why = a.output_len >= 2 ? "--prompt-len + --output-len - 2"
+                                              : "its prompt's chunks of --chunk before the last";
+    if (evicts && s.round_starts_at() > most)  // its row would be "none" under another name
+      throw Error("--budget " + std::to_string(s.budget) + " + --slack " + std::to_string(s.slack) + " = " +
                   std::to_string(s.round_starts_at()) + " live tokens start a round, and a request holds at most " +
-                  std::to_string(most) + " before its last step, which runs none (" +
-                  (a.output_len >= 2 ? "--prompt-len + --output-len - 2" : "its prompt's chunks of --chunk before the last") +
-                  "): nothing would be evicted under " + strategy + "; lower --budget or --slack, or raise the lengths");
+                  std::to_string(most) + " before its last step, which runs none (" + why +
+                  "): nothing would be evicted under " + strategy +
+                  "; lower --budget or --slack, or raise the lengths");
     const int need = blocks_a_request_needs(s, int(context), a.chunk, a.block_size);
     if (need > a.blocks)
       throw Error("--blocks " + std::to_string(a.blocks) + ": under strategy " + strategy + " one request needs " +

@@ -21,12 +21,17 @@ void check_engine_memory(const ModelConfig& c, const EngineConfig& config) {
                            PagedKvCache::describe(config.num_blocks, config.block_size));
 }
 
-// config.num_blocks, once the schedule is valid and the pool's tables and the CPU K/V
-// are known to fit: before the cache, the first member to allocate, is made (a bad
-// schedule once allocated the whole pool to be refused).
-static int checked_num_blocks(const ModelConfig& c, const EngineConfig& config) {
+// kvscope::Error unless the engine can run the schedule.
+static void check_schedule(const EngineConfig& config) {
   config.schedule.validate();
   if (config.schedule.enabled() && !config.policy) throw Error("engine: an eviction budget needs a policy");
+}
+
+// config.num_blocks, once the schedule is known to run and the pool's tables and the
+// CPU K/V to fit: before the cache, the first member to allocate, is made (a bad
+// schedule once allocated the whole pool to be refused).
+static int checked_num_blocks(const ModelConfig& c, const EngineConfig& config) {
+  check_schedule(config);
   check_engine_memory(c, config);
   return config.num_blocks;
 }

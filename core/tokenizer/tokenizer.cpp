@@ -290,7 +290,8 @@ std::string read_split_pattern(const json& doc, const std::string& path) {
   if (pre.is_null()) throw file_error(path, "pre_tokenizer is null; a ByteLevel pre_tokenizer is required");
   std::vector<json> steps;
   if (pre.value("type", "") == "Sequence") {
-    for (const json& step : require_list(pre, "pretokenizers", "pre_tokenizer.pretokenizers", path)) steps.push_back(step);
+    for (const json& step : require_list(pre, "pretokenizers", "pre_tokenizer.pretokenizers", path))
+      steps.push_back(step);
   } else {
     steps.push_back(pre);
   }
@@ -372,7 +373,8 @@ void read_normalizer(const json& n, std::vector<int>& forms, const std::string& 
   if (n.is_null()) return;
   std::string type = n.value("type", "");
   if (type == "Sequence") {
-    for (const json& step : require_list(n, "normalizers", "normalizer.normalizers", path)) read_normalizer(step, forms, path);
+    for (const json& step : require_list(n, "normalizers", "normalizer.normalizers", path))
+      read_normalizer(step, forms, path);
     return;
   }
   int compose = UTF8PROC_STABLE | UTF8PROC_COMPOSE, decompose = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
@@ -576,8 +578,9 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
         throw file_error(path, "added_tokens: duplicate id " + std::to_string(a.id) + " for " + json_quote(a.content) +
                                    " and " + json_quote(t.id_bytes_[a.id]));
       if (const auto [it, fresh] = added_id.emplace(a.content, a.id); !fresh && it->second != a.id)
-        throw file_error(path, "added_tokens: " + json_quote(a.content) + " has two ids, " + std::to_string(it->second) +
-                                   " and " + std::to_string(a.id) + " (encode would write one, token_id name the other)");
+        throw file_error(path, "added_tokens: " + json_quote(a.content) + " has two ids, " +
+                                   std::to_string(it->second) + " and " + std::to_string(a.id) +
+                                   " (encode would write one, token_id name the other)");
       std::vector<int>& same_start = t.added_by_first_byte_[static_cast<unsigned char>(a.content[0])];
       if (std::find(same_start.begin(), same_start.end(), a.id) == same_start.end()) same_start.push_back(a.id);
       t.id_bytes_[a.id] = a.content;
