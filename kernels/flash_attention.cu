@@ -12,9 +12,10 @@
 //   m, l, correction [kQueryTile]  running max, running sum, this tile's correction factor
 //   query_pos [kQueryTile], key_pos [kKeyTile]   (int) the positions of the queries and this tile's keys
 //
-// The +1 on the rows of Q, K, V is padding: in step 3 a warp's threads read the
-// same dimension of 32 different keys; with rows of head_dim + 1 floats those
-// addresses fall in 32 different banks instead of one.
+// The +1 on the rows of K is padding: in step 3 a warp's threads read the same
+// dimension of 32 different keys; with rows of head_dim + 1 floats those addresses
+// fall in 32 different banks instead of one. (Q and V share the layout: in step 3
+// the warp reads one Q element, a broadcast, and in step 5 consecutive V elements.)
 //
 // Per key tile, with a __syncthreads between steps:
 //   2. the first kKeyTile threads load the tile's positions, which every thread

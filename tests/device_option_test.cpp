@@ -99,5 +99,25 @@ TEST(DeviceOption, GpuBenchmarksFailClearlyWithoutAGpu) {
   }
 }
 
+#ifdef KVSCOPE_HAVE_CUDA
+// Without a GPU a GPU test skips, saying why; where kernels/gpu_check.sh expects one
+// (KVSCOPE_EXPECT_GPU=1) it fails instead: there, a run in which every GPU test
+// skipped (a device the runtime refuses) once read as passed.
+TEST(WithoutAGpu, GpuTestsSkipWithTheReasonOrFailWhereAGpuIsExpected) {
+  std::string why;
+  if (cuda::gpu_available(why)) GTEST_SKIP() << "this machine has a GPU: its tests run";
+  const std::string one_test =
+      test::binary_path("kvscope_tests") + " --gtest_filter=GpuKernels.EmbedGathersRowsExactly";
+  const ProgramRun skipped = test::run_shell("env -u KVSCOPE_EXPECT_GPU " + one_test + " 2>&1");
+  EXPECT_EQ(skipped.code, 0) << skipped.output;
+  EXPECT_NE(skipped.output.find("no CUDA GPU: " + why), std::string::npos) << skipped.output;
+  EXPECT_NE(skipped.output.find("[  SKIPPED ] 1 test"), std::string::npos) << skipped.output;
+  const ProgramRun failed = test::run_shell("KVSCOPE_EXPECT_GPU=1 " + one_test + " 2>&1");
+  EXPECT_EQ(failed.code, 1) << failed.output;
+  EXPECT_NE(failed.output.find("no CUDA GPU, where KVSCOPE_EXPECT_GPU says there is one: " + why), std::string::npos)
+      << failed.output;
+}
+#endif
+
 }  // namespace
 }  // namespace kvscope

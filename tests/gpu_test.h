@@ -2,7 +2,8 @@
 // build random paged caches on the CPU to copy to the GPU.
 //
 // Every GPU test starts with KVSCOPE_REQUIRE_GPU(): on a machine without a GPU
-// (or a driver) it is skipped with the runtime's reason, never passed. A build
+// (or a driver) it is skipped with the runtime's reason, never passed (and fails
+// where KVSCOPE_EXPECT_GPU is set). A build
 // without CUDA has one test per suite, skipped as "built without CUDA".
 #pragma once
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -25,10 +27,16 @@
 #include "util/max_abs_diff.h"
 #include "util/splitmix64.h"
 
-#define KVSCOPE_REQUIRE_GPU()                                                         \
-  do {                                                                                \
-    std::string why_no_gpu;                                                           \
-    if (!::kvscope::cuda::gpu_available(why_no_gpu)) GTEST_SKIP() << "no CUDA GPU: " << why_no_gpu; \
+// Where a GPU must be (kernels/gpu_check.sh sets KVSCOPE_EXPECT_GPU=1), its absence
+// fails the test instead: a run whose every test skipped would read as passed.
+#define KVSCOPE_REQUIRE_GPU()                                                                  \
+  do {                                                                                         \
+    std::string why_no_gpu;                                                                    \
+    if (!::kvscope::cuda::gpu_available(why_no_gpu)) {                                         \
+      if (const char* expect = std::getenv("KVSCOPE_EXPECT_GPU"); expect && *expect)           \
+        FAIL() << "no CUDA GPU, where KVSCOPE_EXPECT_GPU says there is one: " << why_no_gpu; \
+      GTEST_SKIP() << "no CUDA GPU: " << why_no_gpu;                                           \
+    }                                                                                          \
   } while (0)
 
 namespace kvscope::test {
