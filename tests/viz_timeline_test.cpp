@@ -985,6 +985,24 @@ TEST(VizTimeline, ShadingSpansTheFifthToTheNinetyFifthPercentile) {
   EXPECT_EQ(same.shade(3.0), 0.0f);
 }
 
+// The pool and the sequence strip shade by one fit (they once fitted two samples,
+// one by slot and one by position, and could shade a token differently): that of
+// the live tokens, every one of them in a pool under 8,192 slots.
+TEST(VizTimeline, ThePoolAndTheStripShadeByTheLiveTokensScores) {
+  const Recording rec = record(small_streaming("importance", "heavy-tailed"), {});
+  Timeline t(rec.runs[0]);
+  t.seek(t.size() / 2);
+  const ScoresAt fitted = scores_for_shading(t);
+  ASSERT_TRUE(fitted.known());
+  ScoresAt all(t.run(), t.cursor(), t.counters().next_pos);
+  std::vector<std::pair<int, int64_t>> live;
+  for (int64_t p = 0; p < t.counters().next_position(0); ++p)
+    if (t.locate(0, p).block >= 0) live.emplace_back(0, p);
+  ASSERT_GT(live.size(), 20u);
+  all.fit(live);
+  for (double score : {0.5, 1.0, 1.2, 1.5, 2.0, 5.0}) EXPECT_FLOAT_EQ(fitted.shade(score), all.shade(score)) << score;
+}
+
 // Each scenario shows the memory strategies its description names: "streaming-budget"
 // compaction alone (the sawtooth), "reuse-vs-compact" hole reuse beside compaction.
 TEST(VizScenarios, EachShowsTheStrategiesItsDescriptionNames) {

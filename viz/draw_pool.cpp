@@ -138,18 +138,6 @@ std::vector<SlotFlash> slot_flashes(const Session& s, int view) {
 
 namespace {
 
-// The live tokens' scores, sampled, to fit the shading to this frame's range.
-std::vector<std::pair<int, int64_t>> sample_live(const Occupancy& occ, size_t want) {
-  std::vector<std::pair<int, int64_t>> out;
-  const size_t slots = size_t(occ.num_blocks()) * size_t(occ.block_size());
-  const size_t stride = std::max<size_t>(1, slots / (want * 2));
-  for (size_t i = 0; i < slots; i += stride) {
-    const int b = int(i / size_t(occ.block_size())), j = int(i % size_t(occ.block_size()));
-    if (occ.owner(b) >= 0 && occ.position(b, j) != kEmpty) out.emplace_back(occ.owner(b), occ.position(b, j));
-  }
-  return out;
-}
-
 // Spaces that do not break (U+00A0): text_wrapped wraps a line only at ' ', so
 // "moved 230 MB" stays whole.
 std::string nowrap(const std::string& text) {
@@ -381,8 +369,7 @@ void draw_pool(App& app, int view, ImVec2 size) {
   app.pools[view] = g;
   ImDrawList* dl = ImGui::GetWindowDrawList();
 
-  ScoresAt scores(t.run(), t.cursor(), t.counters().next_pos);
-  if (scores.known()) scores.fit(sample_live(occ, 4096));
+  const ScoresAt scores = scores_for_shading(t);
 
   // Tokens in flight (compaction sliding): their source slots show as holes.
   const Session::Slide* slide = s.slide() && s.slide()->view == view ? s.slide() : nullptr;

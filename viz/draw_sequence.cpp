@@ -261,7 +261,6 @@ void draw_sequence(App& app, ImVec2 size) {
   const float top = ImGui::GetCursorScreenPos().y;
   const float right = ImGui::GetCursorPosX() + size.x;  // this area's right edge, in window coordinates
   ImGui::TextUnformatted("The sequence, in token order:");
-  const Counters& c = t.counters();
   const auto [counts, why] = strip_caption(s);
   // The counts and the reason on the title's line when they fit there; in a narrow
   // window, the reason goes on the lines below, unless that would leave the strip less
@@ -284,14 +283,7 @@ void draw_sequence(App& app, ImVec2 size) {
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 area{size.x, std::max(px(10), size.y - (origin.y - top))};
 
-  ScoresAt scores(t.run(), t.cursor(), c.next_pos);
-  if (scores.known()) {
-    std::vector<std::pair<int, int64_t>> live;
-    for (int k = 0; k < int(c.next_pos.size()); ++k)
-      for (int64_t p = 0; p < c.next_pos[size_t(k)]; p += std::max<int64_t>(1, c.next_pos[size_t(k)] / 4096))
-        if (t.locate(k, p).block >= 0) live.emplace_back(k, p);
-    scores.fit(live);
-  }
+  const ScoresAt scores = scores_for_shading(t);
   int64_t total = 0;
   for (int64_t n : t.final_lengths()) total += n;
   const bool text = !t.run().token_text.empty() && total <= 4000;

@@ -221,4 +221,19 @@ SlotRef Timeline::locate(int seq, int64_t pos) const {
   return where_[size_t(seq)][size_t(pos)];
 }
 
+ScoresAt scores_for_shading(const Timeline& t) {
+  ScoresAt scores(t.run(), t.cursor(), t.counters().next_pos);
+  if (!scores.known()) return scores;
+  const Occupancy& occ = t.occupancy();
+  const size_t slots = size_t(occ.num_blocks()) * size_t(occ.block_size());
+  const size_t stride = std::max<size_t>(1, slots / 8192);
+  std::vector<std::pair<int, int64_t>> live;  // (seq, pos)
+  for (size_t i = 0; i < slots; i += stride) {
+    const int b = int(i / size_t(occ.block_size())), j = int(i % size_t(occ.block_size()));
+    if (occ.owner(b) >= 0 && occ.position(b, j) != kEmpty) live.emplace_back(occ.owner(b), occ.position(b, j));
+  }
+  scores.fit(live);
+  return scores;
+}
+
 }  // namespace kvscope::viz

@@ -118,4 +118,9 @@ class Timeline {
   mutable std::vector<std::vector<SlotRef>> where_;  // [seq][pos]
 };
 
+// The run's scores at the timeline's cursor, fitted to one sample of its live tokens
+// (the slots of the pool at an even stride, up to 8,192): the pool and the sequence strip
+// shade a token alike.
+ScoresAt scores_for_shading(const Timeline& t);
+
 }  // namespace kvscope::viz
