@@ -362,13 +362,13 @@ TEST(BadInput, EvictionFlagsWithoutABudgetAreRefused) {
 
 TEST(BadInput, ABudgetBelowSnapKVsWindowIsRefused) {
   const std::string flags = "--budget 20 --slack 1 --sinks 0 --recent 0 --policy snapkv";
-  const std::string want = "eviction budget 20 is smaller than the tokens snapkv protects (0 sinks + its observation "
-                           "window, the newest 32): its votes would never choose a token";
+  const std::string want = "eviction budget 20 leaves nothing beyond the tokens snapkv protects (0 sinks + its "
+                           "observation window, the newest 32): its votes would never choose a token";
   expect_one_line_error(kTiny + "--prompt hi " + flags, want);
   expect_one_line_error("serve-bench --model '" + test::tiny_model("tiny-tied") + "' " + flags, want);
   expect_one_line_error("eval --model '" + test::tiny_model("tiny-tied") +
                             "' --policies snapkv --context 200 --keep 0.1 --sinks 0 --recent 0",
-                        "eviction budget 20 is smaller than the tokens snapkv protects");
+                        "eviction budget 20 leaves nothing beyond the tokens snapkv protects");
 }
 
 // A calibration of another checkpoint of the same shape loads without complaint, and

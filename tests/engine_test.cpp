@@ -91,7 +91,9 @@ TEST(Engine, ASnapKVBudgetBelowItsWindowIsRefusedBeforeTheSequenceIsAdded) {
   Engine e(m, config_for(MemoryStrategy::Compact, "snapkv", 20));
   EXPECT_THROW(e.add_sequence(), Error);
   EXPECT_EQ(e.cache().num_sequences(), 0);
-  Engine fits(m, config_for(MemoryStrategy::Compact, "snapkv", 34));
+  Engine streaming_in_disguise(m, config_for(MemoryStrategy::Compact, "snapkv", 34));  // 2 sinks + 32: no votes
+  EXPECT_THROW(streaming_in_disguise.add_sequence(), Error);
+  Engine fits(m, config_for(MemoryStrategy::Compact, "snapkv", 35));
   EXPECT_EQ(fits.add_sequence(), 0);
 }
 

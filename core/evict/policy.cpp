@@ -89,8 +89,10 @@ uint64_t random_policy_seed(uint64_t seed, uint64_t k) {
 
 void check_budget_holds_the_window(const std::string& policy, const EvictionSchedule& s) {
   if (policy != "snapkv" || !s.enabled() || s.recent >= SnapKVPolicy::kWindow) return;
-  if (s.budget < s.sinks + SnapKVPolicy::kWindow)
-    throw Error("eviction budget " + std::to_string(s.budget) + " is smaller than the tokens snapkv protects (" +
+  // At budget == sinks + window the window fills what the sinks leave: the run is
+  // StreamingLLM's, event for event.
+  if (s.budget <= s.sinks + SnapKVPolicy::kWindow)
+    throw Error("eviction budget " + std::to_string(s.budget) + " leaves nothing beyond the tokens snapkv protects (" +
                 std::to_string(s.sinks) + " sinks + its observation window, the newest " +
                 std::to_string(SnapKVPolicy::kWindow) + "): its votes would never choose a token");
 }
