@@ -144,6 +144,24 @@ TEST(Batch, EachSequenceGetsTheLogitsItWouldGetAlone) {
   }
 }
 
+// SnapKV votes with the window's queries only: a prefill chunk longer than its
+// window (40 > 32; serve-bench's default chunk is 64) tells it the last 32 of the
+// chunk's queries, batched as alone. (Telling it all 40 in batched steps changed the
+// kept tokens and serve-bench's generated text, and passed every other test.)
+TEST(Batch, SnapKVCountsOnlyItsWindowsQueriesInALongChunk) {
+  const test::ScopedThreads two(2);
+  Model m = load_model(test::tiny_model("tiny-untied"));
+  const std::vector<Script> scripts = {script(0, 90, 40, 12, 1), script(1, 45, 40, 12, 2), script(2, 70, 40, 12, 3)};
+  const EngineConfig c = config(MemoryStrategy::Compact, "snapkv", 40);  // above 2 sinks + the window of 32
+  const auto batched = run_batched(m, c, scripts);
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    const auto alone = run_alone(m, c, scripts[i]);
+    ASSERT_EQ(batched[i].size(), alone.size());
+    for (size_t p = 0; p < alone.size(); ++p)
+      EXPECT_EQ(max_abs_diff(batched[i][p], alone[p]), 0.0f) << "sequence " << i << ", piece " << p;
+  }
+}
+
 TEST(Batch, DecodingTogetherMatchesAWholePromptPrefillAndDecodeAlone) {
   // No eviction: one prefill of the whole prompt and decode steps, alone, against
   // chunked prefill and decode inside a batch of three. Chunks change the order of
