@@ -17,6 +17,10 @@
 //   ReuseHoles  new tokens are written into holes first; the cache leaves token
 //               order, and every read relies on the recorded positions
 //   Compact     survivors slide forward in token order, whole tail blocks return
+//               (the cache plans and commits the slide, plan_compaction and
+//               commit_compaction; the engine or the simulator calls them after a
+//               round and moves the bytes between: until then Compact holds its
+//               holes as HolesOnly does)
 #pragma once
 
 #include <cstddef>

@@ -20,8 +20,9 @@ namespace {
 constexpr const char* kMagic = "kvscope-trace";
 constexpr int kVersion = 1;
 constexpr int kNumKinds = int(EventKind::RoundEnd) + 1;
-// Limits that keep a corrupt file from asking for gigabytes before it is found
-// out (Occupancy allocates per slot and per sequence id). Real runs are far below.
+// Events are read and written this many at a time, through one buffer. (The limits
+// that keep a corrupt file from asking for gigabytes are kMaxTraceSlots in trace.h
+// and kMaxSequenceId in occupancy.h.)
 constexpr size_t kChunkEvents = 1 << 16;  // records per read or write: 1.7 MB of buffer
 
 // ---- the 26-byte record ------------------------------------------------------
