@@ -699,13 +699,30 @@ TEST_F(TinyTokenizer, StreamDecoderHoldsBackPartialCharacters) {
   // decode() is exact bytes, partial characters included.
   EXPECT_EQ(tok.decode({266}), "\xF0\x9F");
 
-  // An unfinished character at the end, and a byte that starts none, become U+FFFD.
+  // An unfinished character at the end, and a byte that starts none, become U+FFFD:
+  // one for each maximal run that begins a character and breaks off, as Hugging Face
+  // (Rust's from_utf8_lossy) and Python's "replace" write them (it was one a byte).
   StreamDecoder cut(tok);
   EXPECT_EQ(cut.push(266), "");
-  EXPECT_EQ(cut.flush(), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(cut.flush(), "\xEF\xBF\xBD");
   StreamDecoder stray(tok);
   EXPECT_EQ(stray.push(0x80), "\xEF\xBF\xBD");
   EXPECT_EQ(stray.push('a'), "a");
+  const std::string fffd = "\xEF\xBF\xBD";
+  // (bytes, what bytes.decode("utf-8", "replace") gives in Python)
+  for (const auto& [bytes, want] : std::vector<std::pair<std::string, std::string>>{
+           {"\xE2\x82" "a", fffd + "a"},
+           {"\xF0\x9F\x98!", fffd + "!"},
+           {"\xC0\x80", fffd + fffd},              // C0 begins nothing; 80 is stray
+           {"\xED\xA0\x80", fffd + fffd + fffd},  // ED A0 would be a surrogate
+           {"\xE0\x80\x80", fffd + fffd + fffd},  // overlong
+           {"\xF4\x90\x80\x80", fffd + fffd + fffd + fffd}}) {  // above U+10FFFF
+    StreamDecoder d(tok);
+    std::string out;
+    for (unsigned char b : bytes) out += d.push(b);
+    out += d.flush();
+    EXPECT_EQ(out, want) << testing::PrintToString(bytes);
+  }
 }
 
 TEST_F(TinyTokenizer, OutOfRangeIdsThrow) {

@@ -32,17 +32,17 @@ using json = nlohmann::json;
 
 constexpr int kIncomplete = -1;
 
-// The length of the UTF-8 character starting at s[i] when it is complete and well
-// formed; 0 when the bytes there can never be one (stray continuation byte,
-// overlong form, surrogate, above U+10FFFF); kIncomplete when they are a valid
-// beginning cut off by the end of s.
-int utf8_char_length(std::string_view s, size_t i) {
+// The bytes from s[i] that begin a UTF-8 character (0: none does), and in `len` the
+// length the character's first byte asks for (0 for a byte that starts none: a stray
+// continuation byte, C0, C1, F5..FF). The second byte's range rules out overlong
+// forms, surrogates and code points above U+10FFFF.
+int utf8_valid_prefix(std::string_view s, size_t i, int& len) {
   auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = byte(i);
-  if (c < 0x80) return 1;
-  int len = 0;
+  const unsigned char c = byte(i);
   unsigned char lo = 0x80, hi = 0xBF;  // the range allowed for the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
+  if (c < 0x80) {
+    len = 1;
+  } else if (c >= 0xC2 && c <= 0xDF) {
     len = 2;
   } else if (c >= 0xE0 && c <= 0xEF) {
     len = 3;
@@ -53,14 +53,26 @@ int utf8_char_length(std::string_view s, size_t i) {
     if (c == 0xF0) lo = 0x90;  // would be overlong
     if (c == 0xF4) hi = 0x8F;  // would be above U+10FFFF
   } else {
+    len = 0;
     return 0;
   }
-  for (int k = 1; k < len; ++k) {
-    if (i + k >= s.size()) return kIncomplete;
-    unsigned char b = byte(i + k);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
+  int k = 1;
+  for (; k < len && i + size_t(k) < s.size(); ++k) {
+    const unsigned char b = byte(i + size_t(k));
+    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
   }
-  return len;
+  return k;
+}
+
+// The length of the UTF-8 character starting at s[i] when it is complete and well
+// formed; 0 when the bytes there can never be one (stray continuation byte,
+// overlong form, surrogate, above U+10FFFF); kIncomplete when they are a valid
+// beginning cut off by the end of s.
+int utf8_char_length(std::string_view s, size_t i) {
+  int len = 0;
+  const int valid = utf8_valid_prefix(s, i, len);
+  if (valid == len && len > 0) return len;
+  return valid > 0 && i + size_t(valid) == s.size() ? kIncomplete : 0;
 }
 
 // The offset of the first byte that is not part of a valid character, or npos.
@@ -792,8 +804,12 @@ std::string StreamDecoder::take(bool at_end) {
     int n = utf8_char_length(pending_, i);
     if (n == kIncomplete && !at_end) break;  // wait for the rest of the character
     if (n <= 0) {
-      out += "\xEF\xBF\xBD";  // U+FFFD for a byte that starts no character
-      ++i;
+      // One U+FFFD for each maximal run of bytes that begins a character and breaks
+      // off (Unicode's "maximal subpart"), as Hugging Face's decode writes it (Rust's
+      // from_utf8_lossy; Python's "replace" too); a byte that begins none is a run of its own.
+      int len = 0;
+      out += "\xEF\xBF\xBD";
+      i += size_t(std::max(1, utf8_valid_prefix(pending_, i, len)));
       continue;
     }
     out.append(pending_, i, static_cast<size_t>(n));

@@ -109,14 +109,15 @@ class Tokenizer {
 // Turns ids into text one at a time, as they are generated, returning only whole
 // UTF-8 characters: the bytes of a character split across tokens are held back
 // until its last byte arrives. Bytes that can never form a character come out as
-// U+FFFD, so everything returned is valid UTF-8.
+// U+FFFD, one for each run that begins a character and breaks off (as Hugging Face's
+// decode writes them), so everything returned is valid UTF-8.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
 
   // Adds one token; returns the characters completed by it (maybe "").
   std::string push(int id);
-  // At the end: whatever is still held back (each byte of an unfinished character -> U+FFFD).
+  // At the end: whatever is still held back (an unfinished character -> one U+FFFD).
   std::string flush();
 
  private:
