@@ -108,14 +108,14 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
     throw Error("--prompt-len " + std::to_string(a.prompt_len) + " + --output-len " + std::to_string(a.output_len) +
                 " exceed the model's max_position_embeddings (" + std::to_string(max_position_embeddings) +
                 "): lower either");
+  const int64_t most = live_before_last_step(a, context);
+  const std::string why = a.output_len >= 2 ? "--prompt-len + --output-len - 2"
+                                            : "its prompt's chunks of --chunk before the last";
   EngineConfig evicting;
   evicting.schedule = {a.budget, a.slack, a.sinks, a.recent};
   for (const std::string& strategy : a.strategies) {
     const EvictionSchedule s = engine_for_strategy(strategy, evicting).schedule;  // "none": no budget
     const bool evicts = s.enabled();
-    const int64_t most = live_before_last_step(a, context);
-    const std::string why = a.output_len >= 2 ? "--prompt-len + --output-len - 2"
-                                              : "its prompt's chunks of --chunk before the last";
     if (evicts && s.round_starts_at() > most)  // its row would be "none" under another name
       throw Error("--budget " + std::to_string(s.budget) + " + --slack " + std::to_string(s.slack) + " = " +
                   std::to_string(s.round_starts_at()) + " live tokens start a round, and a request holds at most " +
