@@ -94,6 +94,7 @@ void App::record_async() {
   error.clear();
   pending_scenario.reset();
   const RunSettings settings = edit;
+  pending_from = edit;
   const ModelSource source = model;
   pending = std::async(std::launch::async, [settings, source, recorder = recorder] {
     Recorded r;
@@ -178,7 +179,10 @@ std::string App::headline() const {
 void App::adopt_a_finished_recording() {
   if (!pending.valid() || pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
   try {
+    const RunSettings typed = edit;  // the controls changed while it recorded: they keep the change
+    const bool edited = !(edit == pending_from);
     adopt(pending.get());
+    if (edited) edit = typed;
     if (pending_scenario) {
       scenario = pending_scenario->name;
       summary = pending_scenario->summary;

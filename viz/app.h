@@ -138,6 +138,7 @@ class App {
     std::unique_ptr<Session> session;
   };
   std::future<Recorded> pending;
+  RunSettings pending_from;  // `edit` when `pending` started: a change since then is kept when it lands
   // What records in the background: record() (scenarios.h). The tests put one here
   // that waits for their word, to see the frames drawn while a recording runs.
   std::function<Recording(const RunSettings&, const ModelSource&)> recorder = record;

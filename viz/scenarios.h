@@ -49,6 +49,8 @@ struct RunSettings {
   uint64_t seed = 1;
   std::vector<MemoryStrategy> strategies = {MemoryStrategy::HolesOnly, MemoryStrategy::Compact};  // left to right
   std::string prompt;  // model: empty = the built-in text
+
+  bool operator==(const RunSettings&) const = default;
 };
 
 struct Scenario {

@@ -231,6 +231,23 @@ TEST_F(HeadlessApp, RecordIsACustomRunThatKeepsThePlaybackSettings) {
   EXPECT_FALSE(app.session->animate);
 }
 
+// Settings changed while a recording runs are kept when it lands (they were replaced
+// by the recorded run's); untouched, the controls show what was recorded.
+TEST_F(HeadlessApp, SettingsChangedWhileARunRecordsAreKept) {
+  app.load(scenario("blog-1k-random"));
+  app.edit.tokens = 2048;
+  app.record_async();
+  app.edit.evict_fraction = 0.5;  // typed while it records
+  finish_recording();
+  EXPECT_EQ(app.recording.settings.evict_fraction, 0.875);
+  EXPECT_EQ(app.edit.evict_fraction, 0.5);
+  EXPECT_EQ(app.edit.tokens, 2048);
+  app.record_async();
+  finish_recording();
+  EXPECT_EQ(app.edit, app.recording.settings);
+  EXPECT_EQ(app.edit.evict_fraction, 0.5);
+}
+
 TEST_F(HeadlessApp, ARecordingThatFailsLeavesItsMessageAndTheOldRun) {
   app.load(scenario("blog-1k-random"));
   app.edit.sequences = 5;
