@@ -33,6 +33,11 @@ constexpr int kMaxSequenceId = 1 << 20;
 //   - a block is freed only by its owner and only once every slot in it is
 //     empty: even a released sequence's tokens are evicted (events) first
 //   - round markers pair up and carry the sequence's live count
+//
+// What depends on the memory strategy is not checked here (the header's strategy is
+// not read): token order across a table, writes into holes under holes only, no
+// empty block left in a table after a round. check_invariants (invariants.h) checks
+// those on a live cache.
 class Occupancy {
  public:
   Occupancy(int num_blocks, int block_size);
