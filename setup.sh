@@ -132,7 +132,7 @@ case "$mode" in
   test)
     install_reference_tokenizer
     build
-    ctest --test-dir build --output-on-failure -j "$jobs"
+    ctest --test-dir build --output-on-failure --timeout 1200 --no-tests=error -j "$jobs"
     ;;
   build)
     build
@@ -148,7 +148,7 @@ case "$mode" in
     # output; they are the slowest tests and say nothing new about memory safety
     # (the code they run is covered by the unit tests), so they run once, in `test`.
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --test-dir build-asan --output-on-failure -j "$jobs" --label-exclude doc
+      ctest --test-dir build-asan --output-on-failure --timeout 1200 --no-tests=error -j "$jobs" --label-exclude doc
     ;;
   fuzz)
     fuzz
