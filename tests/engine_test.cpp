@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 
 #include "cache/invariants.h"
 #include "cache/occupancy.h"
@@ -228,6 +229,29 @@ TEST(Engine, H2OKeepsTheSumsOfTheTokensItKeeps) {
     for (size_t i = 0; i < pos.size(); ++i) EXPECT_GT(after[i], before[i]) << "position " << pos[i];
     EXPECT_NEAR(total_score(e, seq), total + double(m.config.num_layers) * m.config.num_heads, 1e-3);
   }
+}
+
+// ...and the evicted tokens are gone from its sums: asked about them, it has
+// nothing (positions are never reused, so a sum it kept would only take memory,
+// but it would be memory that grows with every token ever seen).
+TEST(Engine, H2OForgetsTheTokensItEvicts) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config_for(MemoryStrategy::Compact, "h2o", /*budget=*/8));
+  const int seq = e.add_sequence();
+  e.prefill(seq, tokens(10));
+  std::vector<int64_t> seen(10);
+  std::iota(seen.begin(), seen.end(), 0);
+  const std::vector<float> gathered = e.policy(seq)->scores({seen, 10});
+  for (float score : gathered) ASSERT_GT(score, 0.0f);  // every prompt token was attended to
+  for (int token = 1; e.stats(seq).rounds == 0; ++token) {
+    e.decode(seq, token);
+    seen.push_back(seen.back() + 1);
+  }
+  std::vector<int64_t> live = e.cache().live_positions(seq);
+  std::sort(live.begin(), live.end());
+  const std::vector<int64_t> evicted = complement(seen, live);
+  ASSERT_EQ(evicted.size(), seen.size() - 8);
+  for (float score : e.policy(seq)->scores({evicted, e.cache().sequence(seq).next_pos})) EXPECT_EQ(score, 0.0f);
 }
 
 // SnapKV votes with the last window() = 32 queries of a prefill: the tokens they
