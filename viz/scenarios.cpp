@@ -181,19 +181,6 @@ std::shared_ptr<Run> record_simulate(const RunSettings& s, MemoryStrategy strate
   return run;
 }
 
-// One eviction round of `seq`, as the engine and simulate() run it.
-void evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const EvictionSchedule& schedule) {
-  cache.begin_round(seq);
-  std::vector<int64_t> pos = cache.live_positions(seq);
-  std::sort(pos.begin(), pos.end());
-  const ScoreContext ctx{pos, cache.sequence(seq).next_pos};
-  const std::vector<int64_t> evicted = complement(pos, select_keep(pos, policy.scores(ctx), schedule));
-  cache.evict(seq, evicted);
-  policy.forget(evicted);
-  if (cache.strategy() == MemoryStrategy::Compact) cache.commit_compaction(seq, cache.plan_compaction(seq));
-  cache.end_round(seq);
-}
-
 // Several sequences over one pool, interleaved token by token. Sequence k has
 // its own workload (seed + k) and policy, a length of tokens x {1, 0.75, 0.9, 0.6}
 // and starts tokens/8 x k steps late, so the rounds do not line up.

@@ -180,11 +180,6 @@ size_t simulation_peak_bytes(const SimulationConfig& c) {
   return bytes;
 }
 
-namespace {
-
-// One eviction round, as Engine::evict_round runs it: score the live tokens, keep
-// the best `budget`, turn the rest into holes (blocks left empty go back to the
-// pool), and under Compact slide the survivors forward. Returns the slots moved.
 int64_t evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const EvictionSchedule& schedule) {
   cache.begin_round(seq);
   std::vector<int64_t> pos = cache.live_positions(seq);
@@ -202,6 +197,8 @@ int64_t evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const 
   cache.end_round(seq);
   return moves;
 }
+
+namespace {
 
 struct Progress {
   const std::function<void(double)>& report;

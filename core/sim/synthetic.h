@@ -135,6 +135,12 @@ int one_shot_keep(const SimulationConfig& config);
 // Runs one simulation (checking the config first).
 SimulationResult simulate(const SimulationConfig& config);
 
+// One eviction round, as Engine::evict_round runs it without a model: score the
+// live tokens, keep the best `budget`, turn the rest into holes (blocks left empty
+// go back to the pool), and under Compact slide the survivors forward. Returns the
+// slots moved. simulate() and the app's recordings run their rounds with it.
+int64_t evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const EvictionSchedule& schedule);
+
 // The law for random one-shot eviction: the chance that all block_size tokens
 // of a block were among the evicted, f^block_size (tokens drawn independently).
 double expected_blocks_freed(double evicted_fraction, int block_size);
