@@ -120,6 +120,11 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error("bench gpu-decode --decode-tokens 0", "--decode-tokens: must be above 0, not 0");
   expect_one_line_error(kTiny + "--prompt hi --policy lru", "--policy: lru not in {streaming,h2o,");
   expect_one_line_error(kTiny + "--prompt hi --bogus", "--bogus");
+  // A misspelt option where a required one is missing: once "--prompt is required" of
+  // a prompt that was typed, and "kvscope needs a command" of --version.
+  expect_one_line_error(kTiny + "--promt hi", "The following arguments were not expected: --promt hi (");
+  expect_one_line_error("--version", "The following argument was not expected: --version (");
+  expect_one_line_error("bench --sizee 3", "The following arguments were not expected: --sizee 3 (");
   expect_one_line_error("frobnicate", "no command named frobnicate; the commands: generate bench devices");
   expect_one_line_error("bench decod", "no command named decod; the commands: decode attention compaction");
   expect_one_line_error("bench", "bench needs a command; the commands: decode");

@@ -191,7 +191,8 @@ int main(int argc, char** argv) {
       app.exit(e);
       return kvscope::cli::output_written();
     }
-    const std::string what = std::string(e.what()).find("subcommand") != std::string::npos
+    const bool no_command = std::string(e.what()).find("subcommand") != std::string::npos;
+    const std::string what = no_command && !kvscope::cli::misspelt_option(e, app)
                                  ? kvscope::cli::missing_command(app, argc, argv)
                                  : kvscope::cli::parse_error_text(e, app);
     std::fprintf(stderr, "kvscope: error: %s (--help lists the options)\n", what.c_str());

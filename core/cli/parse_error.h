@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,7 +20,28 @@ inline std::pair<std::string, std::string> split_at_last(const std::string& text
   return {text.substr(0, at), text.substr(at + marker.size())};
 }
 
-// Four of CLI11's messages said another way; others pass unchanged.
+// The arguments no option took, as they were typed, in CLI11's words.
+inline std::string not_expected(const std::vector<std::string>& extras) {
+  std::string typed;
+  for (const std::string& x : extras) typed += (typed.empty() ? "" : " ") + x;
+  return std::string(extras.size() == 1 ? "The following argument was not expected: "
+                                        : "The following arguments were not expected: ") + typed;
+}
+
+// Whether a word the parse left over looks like an option ("--promt").
+inline bool names_an_option(const std::vector<std::string>& extras) {
+  for (const std::string& x : extras)
+    if (x.size() > 1 && x[0] == '-' && !std::isdigit(static_cast<unsigned char>(x[1])) && x[1] != '.') return true;
+  return false;
+}
+
+// A required option or command missing, and a word that looks like an option left
+// over: the word is the likelier mistake ("--promt hi" for "--prompt hi").
+inline bool misspelt_option(const CLI::ParseError& e, const CLI::App& app) {
+  return dynamic_cast<const CLI::RequiredError*>(&e) && names_an_option(app.remaining(true));
+}
+
+// Four of CLI11's messages said another way, and one put first; others pass unchanged.
 //  * An option that takes one value, given twice ("--tokens 5 --tokens 6"): CLI11
 //    says "--tokens: At Most 1 required but received 2"; this says
 //    "--tokens: given 2 times; it takes one value".
@@ -32,8 +54,12 @@ inline std::pair<std::string, std::string> split_at_last(const std::string& text
 //    cli/option_values.h.)
 //  * An option at the end with no value ("simulate --tokens"): CLI11 says "--tokens: 1
 //    required INT missing"; this says "--tokens: no value given".
+//  * A misspelt option beside a required one ("generate --promt hi"): CLI11 checks
+//    what is required before what is left over, and says "--prompt is required"
+//    of an option that was typed; this names the word it did not know.
 inline std::string parse_error_text(const CLI::ParseError& e, const CLI::App& app) {
   const std::string what = e.what();
+  if (misspelt_option(e, app)) return not_expected(app.remaining(true));
   // "NAME: At Most 1 required but received N"
   if (const auto [name, n] = split_at_last(what, ": At Most 1 required but received "); is_whole_number_text(n))
     return name + ": given " + n + " times; it takes one value";
@@ -46,11 +72,7 @@ inline std::string parse_error_text(const CLI::ParseError& e, const CLI::App& ap
     return head.substr(std::string("Could not convert: ").size()) + ": " + value + " is out of range";
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     const std::vector<std::string> extras = app.remaining(true);  // in the order typed
-    if (extras.empty()) return what;
-    std::string typed;
-    for (const std::string& x : extras) typed += (typed.empty() ? "" : " ") + x;
-    return std::string(extras.size() == 1 ? "The following argument was not expected: "
-                                          : "The following arguments were not expected: ") + typed;
+    return extras.empty() ? what : not_expected(extras);
   }
   return what;
 }
