@@ -182,6 +182,18 @@ TEST_F(BrokenCheckpoint, OverlappingOffsets) {
   expect_error(weights(), "overlaps the previous tensor");
 }
 
+// An empty tensor takes no bytes, so it may start where another starts (the Rust
+// safetensors reader orders ranges by begin, then end). Ordered by begin alone, the
+// file read or not by the names' order: "a.empty" passed, "z.empty" "overlapped".
+TEST_F(BrokenCheckpoint, AnEmptyTensorMayShareAnOffset) {
+  for (const char* name : {"a.empty", "z.empty"}) {
+    SCOPED_TRACE(name);
+    make_copy("tiny-tied");
+    edit_weights([&](Parts& p) { p.header[name] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {0, 0}}}; });
+    EXPECT_NO_THROW(SafetensorsFile{weights().string()});
+  }
+}
+
 TEST_F(BrokenCheckpoint, OffsetsOutsideTheFile) {
   edit_weights([&](Parts& p) {
     auto& off = p.header["model.norm.weight"]["data_offsets"];
@@ -537,6 +549,8 @@ TEST(Config, AFieldOfTheWrongTypeOrSizeIsNamed) {
   expect_config_error("hidden_act", json::array({"silu"}), "hidden_act must be a string, got [\"silu\"]");
   expect_config_error("rms_norm_eps", 1e300, "rms_norm_eps must be a positive number a float holds, got 1e+300");
   expect_config_error("rms_norm_eps", 0, "rms_norm_eps must be a positive number a float holds, got 0");
+  // 1e-50 became 0 as a float, and RMSNorm of a row of zeros NaN.
+  expect_config_error("rms_norm_eps", 1e-50, "rms_norm_eps must be a positive number a float holds, got 1e-50");
   // RoPE uses float(rope_theta): 1e39 became infinity and left every band but the first
   // unrotated; 1e-50 became 0 and gave NaN angles. Both generated text, exit 0.
   expect_config_error("rope_theta", 1e39, "rope_theta must be a positive number a float holds, got 1e+39");

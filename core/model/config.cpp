@@ -212,9 +212,10 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.max_position_embeddings = j.contains("max_position_embeddings") ? positive_int(j, "max_position_embeddings", source) : 32768;
   // Read as a double and checked before it becomes a float: 1e300 is past a float's
-  // range (converting it is undefined behaviour), and would become infinity.
+  // range (converting it is undefined behaviour), and would become infinity; 1e-50
+  // would become 0, and RMSNorm of a row of zeros NaN.
   const double eps = optional_field<double>(j, "rms_norm_eps", c.rms_norm_eps, "a number", source);
-  if (!(eps > 0) || eps > std::numeric_limits<float>::max())
+  if (!(eps >= std::numeric_limits<float>::min()) || eps > std::numeric_limits<float>::max())
     throw file_error(source, "rms_norm_eps must be a positive number a float holds, got " + j["rms_norm_eps"].dump());
   c.rms_norm_eps = float(eps);
   c.rope_theta = read_rope_theta(j, c.rope_theta, source);

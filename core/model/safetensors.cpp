@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "util/error.h"
 #include "util/json_depth.h"
@@ -108,7 +109,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {
     ranges.push_back({begin, end, t.name});
     tensors_.emplace(t.name, std::move(t));
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  // By begin, then end: an empty tensor ([8, 8]) may start where another starts.
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   uint64_t expected = 0;
   for (const Range& r : ranges) {
     if (r.begin < expected)
