@@ -148,6 +148,53 @@ TEST(Attention, FlashAndEagerMatchPlainSoftmax) {
   }
 }
 
+// A prefill chunk that fills a long run of holes, in prompt order: its first queries
+// come to key tiles wholly in their future (the chunk's later tokens) with their
+// past after them in the table (the tokens after the holes). Such a tile is passed
+// over, and the walk goes on; stopping there, as an in-order table allows, lost
+// each query's older keys. The other cases' holes are single slots: no tile was
+// ever wholly masked for every query of a tile. (Blocks of 256 keep the holes:
+// blocks of 16 would go back to the pool when emptied.)
+TEST(Attention, FlashGoesOnPastAKeyTileWhollyInTheFuture) {
+  const AttentionShape shape{4, 2, 32};
+  const ModelConfig config = Cache::shaped(shape);
+  PagedKvCache cache(2, 256, MemoryStrategy::ReuseHoles);  // one block: no hole is a whole block
+  KvStorage kv(config, cache.num_blocks(), 256);
+  SplitMix64 rng(11);
+  for (float& x : kv.k) x = 3 * rng.symmetric();
+  for (float& x : kv.v) x = rng.symmetric();
+  const int seq = cache.add_sequence();
+  for (int i = 0; i < 200; ++i) cache.append(seq);
+  std::vector<int64_t> evict;
+  for (int64_t p = 50; p < 150; ++p) evict.push_back(p);
+  cache.evict(seq, evict);  // table slots 50-149 empty
+  std::vector<int64_t> q_pos;  // [T]  positions 200-299, into those slots
+  for (int i = 0; i < 100; ++i) {
+    q_pos.push_back(cache.sequence(seq).next_pos);
+    cache.append(seq);
+  }
+  const LiveSlots keys = live_slots(cache, seq);
+  // The first query tile (positions 200-231) and the key tile at table 96-127
+  // (positions 246-277): wholly in the future, with positions 150-199 after it.
+  const auto tile_in_future = [&](size_t j0) {
+    for (size_t j = j0; j < j0 + kFlashTile; ++j)
+      if (keys.pos[j] <= q_pos[kFlashQueryTile - 1]) return false;
+    return true;
+  };
+  ASSERT_TRUE(tile_in_future(96));
+  ASSERT_EQ(keys.pos.back(), 199);
+
+  const int T = int(q_pos.size());
+  std::vector<float> q(size_t(T) * shape.n_heads * shape.head_dim);
+  for (float& x : q) x = 2 * rng.symmetric();
+  const std::vector<double> want = plain_attention(q, q_pos, keys, kv, shape);
+  std::vector<float> flash(q.size());
+  attention_flash(flash.data(), q.data(), q_pos.data(), T, keys, kv, 0, shape);
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::isnan(flash[i]) ? INFINITY : std::fabs(flash[i] - want[i]));
+  EXPECT_LE(worst, 1e-5);
+}
+
 // Scores in the hundreds (queries x 60): exp(score) overflows a float past 88, so
 // both paths must subtract the row's largest score first, as the plain softmax
 // does. The other tests' scores stay far below that, where leaving it out passes.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <functional>
 #include <iomanip>
+#include <numeric>
 
 #ifdef KVSCOPE_HAVE_CUDA
 #include "model/attention.h"
@@ -51,10 +52,12 @@ std::vector<int64_t> in_order(int T) {
   return p;
 }
 
-void check_attention(const ModelConfig& c, int n, int refill, int block_size, int T, bool eager,
-                     bool prompt_order = false) {
-  RandomPagedCache rc(c, n, refill, block_size, 11);
-  Queries qs(c, prompt_order ? in_order(T) : scattered(rc, T), 12);
+// One kernel (paged for one query, flash for more, or eager) against the CPU's
+// attention on the same cache and queries, layer by layer.
+void check_attention(RandomPagedCache& rc, const std::vector<int64_t>& positions, bool eager) {
+  const ModelConfig& c = rc.c;
+  const int T = int(positions.size()), block_size = rc.cache.block_size();
+  Queries qs(c, positions, 12);
   const LiveSlots keys = live_slots(rc.cache, rc.seq);
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};
@@ -88,6 +91,12 @@ void check_attention(const ModelConfig& c, int n, int refill, int block_size, in
     EXPECT_LE(max_abs_diff(out.to_host(want.size()), want), 1e-5f)
         << (eager ? "eager, " : T == 1 ? "paged decode, " : "flash, ") << what << ", layer " << layer;
   }
+}
+
+void check_attention(const ModelConfig& c, int n, int refill, int block_size, int T, bool eager,
+                     bool prompt_order = false) {
+  RandomPagedCache rc(c, n, refill, block_size, 11);
+  check_attention(rc, prompt_order ? in_order(T) : scattered(rc, T), eager);
 }
 
 TEST(GpuAttention, PagedDecodeMatchesCpu) {
@@ -249,6 +258,21 @@ TEST(GpuAttention, FlashPrefillMatchesCpu) {
   // A prompt's queries in order over its own keys (with holes): the early query
   // tiles skip the key tiles that lie wholly in their future.
   check_attention(test::attention_config(1, 4, 2, 32), 200, 0, 16, 200, false, true);
+}
+
+// A chunk of 100 queries in prompt order filling a run of 100 holes (blocks of 256
+// keep them): the first query tile meets key tiles wholly in its future, with its
+// past after them in the table. The kernel must pass over them, not stop.
+TEST(GpuAttention, FlashGoesOnPastAKeyTileWhollyInTheFuture) {
+  KVSCOPE_REQUIRE_GPU();
+  std::vector<int64_t> run(100), chunk(100);
+  std::iota(run.begin(), run.end(), 50);      // positions 50-149 evicted
+  std::iota(chunk.begin(), chunk.end(), 200);  // 200-299 into their slots
+  RandomPagedCache rc(test::attention_config(2, 4, 2, 32), 200, 100, 256, 11, run);
+  ASSERT_EQ(rc.slot_pos[96], 246);  // the key tile at 96-127 holds 246-277: after query 231
+  ASSERT_EQ(rc.slot_pos.size(), 256u);  // one block: the 200 tokens of the table, then empty slots
+  ASSERT_EQ(rc.slot_pos[199], 199);
+  check_attention(rc, chunk, false);
 }
 
 // T = 32m + 1 in prompt order: the last query tile holds one query, at the first

@@ -89,15 +89,18 @@ struct RandomPagedCache {
   DeviceArray<float> k, v;
   DeviceArray<int> d_blocks, d_slot_pos;
 
-  RandomPagedCache(const ModelConfig& config, int n, int refill, int block_size, uint64_t seed)
+  // n tokens, about a third of them (never position 0) evicted at random, or those
+  // in `drop` where given; then `refill` more, into the first holes.
+  RandomPagedCache(const ModelConfig& config, int n, int refill, int block_size, uint64_t seed,
+                   const std::vector<int64_t>& drop_these = {})
       : c(config),
         cache((n + refill) / block_size + 2, block_size, MemoryStrategy::ReuseHoles),
         kv(config, cache.num_blocks(), block_size),
         seq(sequence_with_shuffled_blocks(cache, seed + 3)) {
     for (int i = 0; i < n; ++i) cache.append(seq);
-    std::vector<int64_t> drop;
+    std::vector<int64_t> drop = drop_these;
     SplitMix64 rng(seed);
-    for (int64_t p = 1; p < n; ++p)  // position 0 stays: every query sees at least one key
+    for (int64_t p = 1; p < n && drop_these.empty(); ++p)  // position 0 stays: every query sees at least one key
       if (rng.next() % 3 == 0) drop.push_back(p);
     cache.evict(seq, drop);
     for (int i = 0; i < refill; ++i) cache.append(seq);

@@ -31,6 +31,8 @@ BREAKAGES = [
      "flash attention: no causal mask"),
     ("kernels/flash_attention.cu", "for (int r = 0; r < kQueryTile; ++r) last_query = max(last_query, query_pos[r]);",
      "last_query = query_pos[0];", "flash attention: key tiles skipped by the block's first query, not its latest"),
+    ("kernels/flash_attention.cu", "    if (!any_visible) continue;", "    if (!any_visible) break;",
+     "flash attention: the walk stops at a key tile wholly in the future (a reused hole's past lies after it)"),
     ("kernels/paged_attention.cu", "if (p < 0 || p > p_query) continue;", "if (p < 0) continue;",
      "paged attention: no causal mask"),
     ("kernels/paged_attention.cu", "for (int s = 0; s < n_slices; ++s)\n      if (part[s * (hd + 2)] > -INFINITY) sum",
