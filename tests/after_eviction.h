@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -52,6 +53,10 @@ inline void check_after_eviction(const std::string& name, MemoryStrategy strateg
     if (round.contains("chunk_ids")) {
       const std::vector<int> chunk = round["chunk_ids"].get<std::vector<int>>();
       const float* logits = backend->forward(cache, seq, chunk.data(), int(chunk.size()), all);
+      const std::vector<int64_t> table_order = cache.live_positions(seq);
+      if (strategy == MemoryStrategy::ReuseHoles) {  // what this case is for: a table out of token order
+        EXPECT_FALSE(std::is_sorted(table_order.begin(), table_order.end())) << "the chunk reused no hole";
+      }
       ASSERT_EQ(round["chunk_logits"].size(), chunk.size());
       for (size_t t = 0; t < chunk.size(); ++t)
         EXPECT_LE(off_by(logits + t * vocab, round["chunk_logits"][t]), 1e-4f) << "chunk row " << t;

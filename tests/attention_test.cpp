@@ -7,6 +7,7 @@
 // query and key tiles with the causal mask cutting through them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -123,6 +124,9 @@ TEST(Attention, FlashAndEagerMatchPlainSoftmax) {
   for (const Case& c : cases) {
     const Cache cache(c, seed++);
     const LiveSlots keys = live_slots(cache.cache, cache.seq);
+    if (c.strategy == MemoryStrategy::ReuseHoles) {
+      ASSERT_FALSE(std::is_sorted(keys.pos.begin(), keys.pos.end())) << "no hole was reused";
+    }
     for (int T : {1, 5, 33, 70}) {  // 33 and 70: two and three query tiles, the last one partial
       const std::vector<int64_t> q_pos = query_positions(T, cache.last_pos());
       std::vector<float> q(size_t(T) * c.shape.n_heads * c.shape.head_dim);
@@ -191,7 +195,8 @@ TEST(Attention, FlashGoesOnPastAKeyTileWhollyInTheFuture) {
   std::vector<float> flash(q.size());
   attention_flash(flash.data(), q.data(), q_pos.data(), T, keys, kv, 0, shape);
   double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::isnan(flash[i]) ? INFINITY : std::fabs(flash[i] - want[i]));
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::isnan(flash[i]) ? INFINITY : std::fabs(flash[i] - want[i]));
   EXPECT_LE(worst, 1e-5);
 }
 

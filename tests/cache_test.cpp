@@ -305,9 +305,22 @@ TEST(KvStorage, ApplyReturnsTheBytesItMoved) {
   const std::vector<Move> plan = {{{1, 0}, {0, 1}}, {{1, 2}, {0, 3}}};
   EXPECT_EQ(kv.apply(plan), 2u * 2 * 3 * size_t(c.kv_dim()) * sizeof(float));  // 2 moves x (K, V) x 3 layers
   EXPECT_EQ(KvStorage::bytes_per_slot(c), 2u * 3 * 1024 * 4);                    // kv_dim 8 x 128
+  // Whole rows, every layer: each destination now holds its source's K and V (the
+  // values i and -i say which slot they came from), and the slots no move touched
+  // are as they were.
+  const auto row_is = [&](const float* row, float first, float sign) {
+    for (int d = 0; d < kv.kv_dim; ++d)
+      if (row[d] != sign * (first + float(d))) return false;
+    return true;
+  };
+  const auto start = [&](int l, SlotRef s) { return float(kv.key(l, s) - kv.k.data()); };  // i at its first element
   for (int l = 0; l < 3; ++l) {
-    EXPECT_EQ(kv.key(l, {0, 1})[5], kv.key(l, {1, 0})[5]);
-    EXPECT_EQ(kv.value(l, {0, 3})[7], kv.value(l, {1, 2})[7]);
+    EXPECT_TRUE(row_is(kv.key(l, {0, 1}), start(l, {1, 0}), 1)) << "layer " << l;
+    EXPECT_TRUE(row_is(kv.value(l, {0, 1}), start(l, {1, 0}), -1)) << "layer " << l;
+    EXPECT_TRUE(row_is(kv.key(l, {0, 3}), start(l, {1, 2}), 1)) << "layer " << l;
+    EXPECT_TRUE(row_is(kv.value(l, {0, 3}), start(l, {1, 2}), -1)) << "layer " << l;
+    for (SlotRef s : {SlotRef{0, 0}, SlotRef{0, 2}, SlotRef{1, 0}, SlotRef{1, 3}})
+      EXPECT_TRUE(row_is(kv.key(l, s), start(l, s), 1) && row_is(kv.value(l, s), start(l, s), -1)) << "layer " << l;
   }
 }
 

@@ -138,6 +138,7 @@ TEST(Engine, HoleReuseKeepsTheSameTokensAndNearlyTheSameLogits) {
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, max_abs_diff(a[i], b[i]));  // inf for a NaN
   EXPECT_LE(worst, 1e-4f);
   auto kept = reuse.cache().live_positions(0);
+  ASSERT_FALSE(std::is_sorted(kept.begin(), kept.end())) << "no hole was reused";
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, holes.cache().live_positions(0));
 }

@@ -43,8 +43,10 @@ constexpr int kBlockSize = 8;
 constexpr int kMaxSequences = 4;
 constexpr int kFullCheckEvery = 64;
 
-// One layer, one KV head of two numbers: K = (pos, seq), V = (-pos, seq). Enough
-// to tell, after any number of moves, whether a slot still holds its own token.
+// One layer, one KV head of two numbers: K = (pos, seq - pos), V = (-pos, seq + pos).
+// Enough to tell, after any number of moves, whether a slot still holds its own
+// token, and all of its row: every number differs from one token to the next of a
+// sequence (a second number of seq alone survived a move that copied half a row).
 ModelConfig tag_config() {
   ModelConfig c;
   c.num_layers = 1;
@@ -121,9 +123,9 @@ class Soak {
       const int64_t pos = cache_.sequence(seq).next_pos;
       const SlotRef at = cache_.append(seq);
       kv_.key(0, at)[0] = float(pos);
-      kv_.key(0, at)[1] = float(seq);
+      kv_.key(0, at)[1] = float(seq - pos);
       kv_.value(0, at)[0] = -float(pos);
-      kv_.value(0, at)[1] = float(seq);
+      kv_.value(0, at)[1] = float(seq + pos);
       kept_[seq].push_back(pos);
     }
   }
@@ -191,9 +193,9 @@ class Soak {
         if (pos == kEmpty) continue;
         const float* k = kv_.key(0, at);
         const float* v = kv_.value(0, at);
-        ASSERT_TRUE(k[0] == float(pos) && v[0] == -float(pos) && k[1] == float(seq) && v[1] == float(seq))
+        ASSERT_TRUE(k[0] == float(pos) && v[0] == -float(pos) && k[1] == float(seq - pos) && v[1] == float(seq + pos))
             << "sequence " << seq << " block " << b << " slot " << j << " holds position " << pos
-            << " but its K/V rows are those of position " << k[0] << " of sequence " << k[1];
+            << " but its K/V rows are (" << k[0] << ", " << k[1] << ") and (" << v[0] << ", " << v[1] << ")";
       }
   }
 
