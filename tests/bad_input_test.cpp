@@ -66,6 +66,13 @@ void expect_one_line_error(const std::string& args, const std::string& part) {
   EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
 }
 
+// Exit code 0 and no warning (a run that failed would have none either).
+void expect_no_warning(const std::string& args) {
+  const ProgramRun r = run_kvscope(args);
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << args << "\n" << r.err;
+}
+
 TEST(BadInput, BlockSizeZeroOrOver256) {
   // Block size 0 used to reach a division by zero (SIGFPE) before any check.
   expect_one_line_error(kTiny + "--prompt hi --block-size 0", "--block-size: must be 1 or more, not 0");
@@ -393,6 +400,7 @@ TEST(BadInput, ACalibrationOfAnotherModelOrOfTheScoredTextIsAWarning) {
   EXPECT_NE(other.err.find("tiny-untied: the same shape, so it loads, but its query centres are that model's\n"),
             std::string::npos) << other.err;
   const ProgramRun own = run_kvscope("generate --model '" + tied + "' --prompt hi -n 30 --temperature 0" + evict);
+  EXPECT_EQ(own.code, 0) << own.err;
   EXPECT_EQ(own.err.find("warning"), std::string::npos) << own.err;
   const ProgramRun seen = run_kvscope("eval --model '" + tied + "' --text '" + text + "' --calibration '" + out +
                                       "' --policies triattention --context 64 --keep 0.5 --windows 1 --sinks 1 "
@@ -726,7 +734,7 @@ TEST(BadInput, MoreThreadsThanTheMachineHasIsAWarning) {
   EXPECT_EQ(r.err.rfind("kvscope: warning: --threads " + over + " is more than the ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(" hardware threads here: the extra threads take turns and slow the run\n"), std::string::npos)
       << r.err;
-  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 1").err.find("warning"), std::string::npos);
+  expect_no_warning(kTiny + "--prompt hi -n 2 --threads 1");
   expect_one_line_error(kTiny + "--prompt hi -n 2 --threads 100000",
                         "--threads 100000 is more than 1024, the most kvscope starts (there are ");
   expect_one_line_error("heads --length 64 --windows 1 --threads 1025", "--threads 1025 is more than 1024");
@@ -856,7 +864,7 @@ TEST(BadInput, EvictionThatWillNeverRunIsAWarning) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err.rfind("kvscope: warning: --budget 40 + --slack 128 = 168 live tokens start a round, and this run "
                         "feeds 5 tokens (2 prompt + 4 new - 1): nothing will be evicted\n", 0), 0u) << r.err;
-  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 200 --budget 40").err.find("warning"), std::string::npos);
+  expect_no_warning(kTiny + "--prompt hi -n 200 --budget 40");
 }
 
 // An EOS id past the vocabulary (a typo) can never be drawn: the run would stop only
@@ -871,7 +879,7 @@ TEST(BadInput, AnEosIdTheModelCannotWriteIsAWarning) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err.rfind("kvscope: warning: eos_token_id 5000: not a token this model writes (ids 0 to 378), so "
                         "generation never stops at it\n", 0), 0u) << r.err;
-  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 3").err.find("warning"), std::string::npos);  // 378 and 376 are tokens
+  expect_no_warning(kTiny + "--prompt hi -n 3");  // 378 and 376 are tokens
   fs::remove_all(dir);
 }
 
@@ -905,7 +913,7 @@ TEST(BadInput, SamplingFlagsUnderGreedyDecodingAreAWarning) {
   EXPECT_EQ(r.out, run_kvscope(kTiny + "--prompt hi -n 2").out);  // the same text: they changed nothing
   // Sampling uses them: no warning.
   const std::string sampled = "generate --model '" + test::tiny_model("tiny-tied") + "' --prompt hi -n 2 ";
-  EXPECT_EQ(run_kvscope(sampled + "--top-k 5 --top-p 0.9 --seed 3").err.find("warning"), std::string::npos);
+  expect_no_warning(sampled + "--top-k 5 --top-p 0.9 --seed 3");
   // Greedy, but --policy random draws its evictions from the seed: no warning for it
   // (once "--seed: no effect", and seeds 1 and 2 wrote different text).
   const std::string random = "--prompt hi -n 60 --budget 40 --slack 8 --policy random";
