@@ -93,6 +93,9 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error("simulate --tokens 99999999999999999999",
                         "--tokens: 99999999999999999999 is out of range (the most is 9223372036854775807) (");
   expect_one_line_error("eval --seed 3 --policies h2o", "--seed is for the random policy, and --policies leaves it out");
+  // simulate's streaming policy on the uniform workload: five "seeds" were five copies of one run.
+  expect_one_line_error("simulate --policy streaming --seeds 5", "--seed, --seeds: nothing in a run of the streaming");
+  expect_one_line_error("simulate --policy streaming --seed 2", "every seed gives the same run");
   expect_one_line_error("simulate --seed 9223372036854775808",  // once "out of range", no range given
                         "--seed: 9223372036854775808 is out of range (the most is 9223372036854775807) (");
   expect_one_line_error(kTiny + "--prompt hi -n 99999999999", "--tokens: 99999999999 is out of range (");
@@ -253,6 +256,9 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
 TEST(BadInput, AListGivenTheSameValueTwiceIsRefused) {
   // These ran the same policy, budget or strategy twice (minutes, for eval) and printed twin rows.
   expect_one_line_error("eval --policies streaming,h2o,streaming", "--policies: streaming is given twice");
+  // Two fractions of one budget: two rows "50.0% (128)" and "50.1% (128)", the same run.
+  expect_one_line_error("eval --context 256 --keep 0.5,0.501 --policies streaming --windows 1 --continuation 4",
+                        "eval: --keep 0.5 and 0.501 of the 256-token context are both 128 tokens: the same row twice");
   expect_one_line_error("eval --keep 0.5,0.25,0.5", "--keep: 0.5 is given twice");
   expect_one_line_error("serve-bench --strategies holes,holes", "--strategies: holes is given twice");
   expect_one_line_error("bench compaction --evict 0.5,0.5", "--evict: 0.5 is given twice");

@@ -134,6 +134,19 @@ TEST(Memory, WeightsFitButReserveLeavesNoRoom) {
   EXPECT_EQ(fit.tokens, 0);
 }
 
+// A few bytes free, fewer than one token takes: no room, said so (it printed "0
+// tokens" with no word of why).
+TEST(Memory, FreeBytesShortOfOneTokenAreNoRoom) {
+  MemoryBudget b;
+  b.gpu_gb = 17.3813;  // 16.3810 GB of 4-bit weights + 1 GB reserve: 238,368 bytes left
+  b.weight_bits = 4;
+  const KvFit fit = fit_kv_cache(qwen3_32b(), b);
+  EXPECT_GT(fit.free_bytes, 0);
+  EXPECT_LT(fit.free_bytes, fit.kv_bytes_per_token);
+  EXPECT_FALSE(fit.cache_fits);
+  EXPECT_EQ(fit.tokens, 0);
+}
+
 TEST(Memory, BadInputIsAnError) {
   const ModelConfig c = qwen3_06b();
   for (int bits : {2, 3, 4, 8, 16, 32}) EXPECT_NO_THROW(check_weight_bits(bits)) << bits;

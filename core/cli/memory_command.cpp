@@ -96,9 +96,12 @@ void run_memory(const MemoryArgs& a) {
   if (!fit.weights_fit)
     std::printf("\nthe weights alone do not fit: %s of weights > %s of GPU memory\n", gb(fit.weight_bytes).c_str(),
                 gb(fit.gpu_bytes).c_str());
-  else if (!fit.cache_fits)
+  else if (fit.free_bytes <= 0)
     std::printf("\nno room for the KV cache: weights + reserve = %s >= %s of GPU memory\n",
                 gb(fit.weight_bytes + fit.reserve_bytes).c_str(), gb(fit.gpu_bytes).c_str());
+  else if (!fit.cache_fits)
+    std::printf("\nno room for the KV cache: %s bytes free, fewer than one token's %s bytes\n",
+                commas(int64_t(fit.free_bytes)).c_str(), commas(fit.kv_bytes_per_token).c_str());
 }
 
 }  // namespace

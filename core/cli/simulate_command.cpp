@@ -44,6 +44,7 @@ struct SimulateArgs {
   std::string config;  // a config.json to take bytes per token from (f32)
   std::string trace;
   bool slack_given = false;  // --slack on the command line (only streaming uses it)
+  bool seed_given = false;   // --seed or --seeds on the command line
 };
 
 // ---- the runs ----------------------------------------------------------------
@@ -70,6 +71,12 @@ void check_args(const SimulateArgs& a) {
   if (a.mode == "one-shot" && a.slack_given) throw Error("--slack is for streaming: a one-shot round does not use it");
   if (!a.trace.empty() && (a.strategy == "all" || a.seeds > 1))
     throw Error("--trace records one run: give --strategy holes, reuse or compact and no --seeds");
+  // The seed draws the workload's importances and the random policy's choices. The
+  // streaming policy keeps the sinks and the newest tokens whatever they are, and the
+  // importances are reported only for a workload other than uniform.
+  if (a.seed_given && a.sim.policy == "streaming" && a.sim.workload == "uniform")
+    throw Error("--seed, --seeds: nothing in a run of the streaming policy on the uniform workload is random "
+                "(every seed gives the same run); give --policy random or importance, or another --workload");
 }
 
 // Progress on stderr for long runs: a line rewritten in place on a terminal; in a log, a
@@ -340,10 +347,10 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--workload", a->sim.workload, "Token importance: uniform, sinks-recency, clustered, heavy-tailed")
       ->capture_default_str();
   cmd->add_option("--strategy", a->strategy, "all, holes, reuse or compact")->capture_default_str();
-  cmd->add_option("--seed", a->sim.seed, "Seed of the workload and the random policy")
+  CLI::Option* seed = cmd->add_option("--seed", a->sim.seed, "Seed of the workload and the random policy")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->add_option("--seeds", a->seeds, "Runs with seeds seed, seed+1, ...: mean [min, max]")
+  CLI::Option* seeds = cmd->add_option("--seeds", a->seeds, "Runs with seeds seed, seed+1, ...: mean [min, max]")
       ->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--mode", a->mode, "one-shot or streaming (default: streaming when --budget is given)")
@@ -368,8 +375,9 @@ void add_simulate_command(CLI::App& app) {
       ->check(kFileName);
   cmd->add_option("--trace", a->trace, "Write the event stream of the run to this file (one strategy, one seed); kvscope-viz --trace FILE shows it")
       ->check(kFileName);
-  cmd->callback([a, slack] {
+  cmd->callback([a, slack, seed, seeds] {
     a->slack_given = slack->count() > 0;
+    a->seed_given = seed->count() + seeds->count() > 0;
     run_simulate(*a);
   });
 }

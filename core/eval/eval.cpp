@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include "cache/kv_cache.h"
@@ -149,9 +150,15 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
   if (s.calibration.empty() && runs_policy(s, "triattention"))
     throw Error("eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "
                 "--calibration, or leave triattention out of --policies");
+  std::map<int, double> budgets;  // budget -> the fraction that gave it
   for (double k : s.keep) {
     if (!(k > 0 && k < 1)) throw Error("eval: a kept fraction must be above 0 and below 1 (got " + number_text(k) + ")");
     const EvictionSchedule schedule = schedule_for(k, s);
+    // Two fractions that round to one budget would run one row twice.
+    if (const auto [at, inserted] = budgets.emplace(schedule.budget, k); !inserted)
+      throw Error("eval: --keep " + number_text(at->second) + " and " + number_text(k) + " of the " +
+                  std::to_string(s.context) + "-token context are both " + plural(schedule.budget, "token") +
+                  ": the same row twice");
     if (schedule.budget < 1)  // budget 0 means "never evict": the row would be the full cache's
       throw Error("eval: keeping " + number_text(k) + " of the " + std::to_string(s.context) +
                   "-token context is 0 tokens: raise --keep or --context");

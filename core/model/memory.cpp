@@ -67,8 +67,8 @@ KvFit fit_kv_cache(const ModelConfig& config, const MemoryBudget& budget) {
   fit.free_bytes = fit.gpu_bytes - fit.weight_bytes - fit.reserve_bytes;
   fit.kv_bytes_per_token = kv_bytes_per_token(config, budget.kv_bits);
   fit.weights_fit = fit.weight_bytes <= fit.gpu_bytes;
-  fit.cache_fits = fit.free_bytes > 0;
-  fit.tokens = fit.cache_fits ? int64_t(std::floor(fit.free_bytes / double(fit.kv_bytes_per_token))) : 0;
+  fit.tokens = fit.free_bytes > 0 ? int64_t(std::floor(fit.free_bytes / double(fit.kv_bytes_per_token))) : 0;
+  fit.cache_fits = fit.tokens > 0;
   fit.blocks = fit.tokens / budget.block_size;
   return fit;
 }

@@ -55,7 +55,7 @@ struct KvFit {
   int64_t tokens = 0;            // floor(free / bytes per token), 0 when nothing is free
   int64_t blocks = 0;            // whole blocks of block_size tokens: floor(tokens / block_size)
   bool weights_fit = false;      // weights <= GPU memory (reserve not counted)
-  bool cache_fits = false;       // free > 0: some room left for the cache
+  bool cache_fits = false;       // room for one token's K/V or more
 };
 
 // Checks the budget (check_budget) and computes the fit.
