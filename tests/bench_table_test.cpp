@@ -32,6 +32,31 @@ TEST(BenchAttention, OneRowPerQueryCountAndContext) {
   EXPECT_EQ(rows(one.output), 2) << one.output;
 }
 
+// The row's columns up to its first timing: block size, evicted, moves, bytes.
+std::string plan_cells(const std::string& output) {
+  const size_t row = output.find("\n| 16 | 50.0% | ");
+  if (row == std::string::npos) return "";
+  size_t end = row + 1;
+  for (int bar = 0; bar < 4 && end != std::string::npos; ++bar) end = output.find('|', end + 1);
+  return end == std::string::npos ? "" : output.substr(row + 1, end - row);
+}
+
+// Every run of a row times one plan: the best time and the bytes it is divided
+// into are the same eviction's. (Each run once drew its own: 125 moves for one run,
+// 124 for two, and the row divided the last run's bytes by the fastest run's time.)
+TEST(BenchCompaction, EveryRunOfARowCompactsTheSamePlan) {
+  std::string first;
+  for (int repeats : {1, 2, 3}) {
+    const test::ProgramRun r = test::run_kvscope("bench compaction --tokens 256 --evict 0.5 --repeats " +
+                                                 std::to_string(repeats) + " 2>/dev/null");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string cells = plan_cells(r.output);
+    ASSERT_NE(cells, "") << r.output;
+    if (first.empty()) first = cells;
+    EXPECT_EQ(cells, first) << repeats << " runs";
+  }
+}
+
 // A cell that holds '|' (as "max |flash - eager|" once did) splits in two.
 TEST(BenchTables, EveryTableIsMarkdown) {
   const std::string config = test::tiny_model("tiny-untied") + "/config.json";
