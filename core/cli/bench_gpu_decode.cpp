@@ -76,17 +76,19 @@ DecodeRun run_decode(const Model& model, const GpuDecodeBenchArgs& a, int n) {
   const int total = a.prompt_tokens + a.decode_tokens;
   EngineConfig ec;
   ec.block_size = 16;
-  ec.num_blocks = n * int(blocks_for_tokens(total, ec.block_size)) + 4;  // + the warm-up's two short sequences
+  // + the warm-up's two sequences: one prompt, and a short one.
+  ec.num_blocks = n * int(blocks_for_tokens(total, ec.block_size)) + int(blocks_for_tokens(a.prompt_tokens + 1, 16)) + 2;
   ec.backend = cuda::make_backend;
   Engine engine(model, ec);
   std::vector<int> prompt(static_cast<size_t>(a.prompt_tokens)), seqs;
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 7919) % size_t(config.vocab_size));
 
-  // Warm-up, untimed: the CUDA runtime loads each kernel at its first launch, so two
-  // throwaway sequences take a short prefill, a decode step and a batched step first.
+  // Warm-up, untimed: the CUDA runtime loads each kernel at its first launch, and
+  // cuBLAS picks (and loads) its GEMM per shape, so two throwaway sequences take a
+  // prefill of the timed prompt's length, a short one, a decode step and a batched step.
   const std::vector<int> short_prompt(prompt.begin(), prompt.begin() + std::min(a.prompt_tokens, 16));
   const int w0 = engine.add_sequence(), w1 = engine.add_sequence();
-  engine.prefill(w0, short_prompt);
+  engine.prefill(w0, prompt);
   engine.prefill(w1, short_prompt);
   engine.decode(w0, 1);
   engine.step_batch({BatchItem{w0, {2}}, BatchItem{w1, {2}}});
@@ -150,17 +152,24 @@ void run_gpu_decode_bench(const GpuDecodeBenchArgs& a) {
     }
   }
   const int most = *std::max_element(a.sequences.begin(), a.sequences.end());
+  std::printf("\nEach row is timed once, by the wall clock: its prefills one after another, then %s (a token for\n"
+              "every sequence in each), host copies and the logits' download included. An untimed warm-up runs\n"
+              "first: a prefill of %d tokens, a short one, a decode step and a batched step.\n",
+              plural(a.decode_tokens, "decode step").c_str(), a.prompt_tokens);
+  const std::string passes = matvec_passes(most) == 1 ? "1 pass" : std::to_string(matvec_passes(most)) + " passes";
+  const std::string sequences = plural(most, "sequence");
   std::printf("\nGB read per step = the weight matrices (lm_head once; of an untied embedding, one row) once for\n"
-              "every %d sequences (one pass of the decode GEMV serves %d: %d passes at %d sequences, each counted\n"
+              "every %d sequences (one pass of the decode GEMV serves %d: %s at %s, each counted\n"
               "as read from memory, though a layer's matrix may come from L2 the second time)\n"
               "+ each sequence's K/V at the average context.\n"
-              "A step launches %d kernels per layer at 1 sequence, %d at %d (the 7 GEMVs once a pass; attention\n"
+              "A step launches %d kernels per layer at 1 sequence, %d at %s (the 7 GEMVs once a pass; attention\n"
               "is 2 launches for all the sequences together), and makes small host-to-device copies, one by one\n"
               "(no CUDA graphs): for a model this small, launch gaps rather than bandwidth can set the pace. It also\n"
               "copies every sequence's logits to the host, where sampling and the policies run: %.1f MB a step at\n"
-              "%d sequences, not in the limit.\n",
-              cuda::kMatvecVectors, cuda::kMatvecVectors, matvec_passes(most), most, launches_per_layer(1),
-              launches_per_layer(most), most, double(most) * config.vocab_size * sizeof(float) / 1e6, most);
+              "%s, not in the limit.\n",
+              cuda::kMatvecVectors, cuda::kMatvecVectors, passes.c_str(), sequences.c_str(), launches_per_layer(1),
+              launches_per_layer(most), sequences.c_str(), double(most) * config.vocab_size * sizeof(float) / 1e6,
+              sequences.c_str());
 }
 #endif
 
