@@ -32,19 +32,26 @@ using namespace kvscope::tutorial;
 constexpr int kT = 512;        // the round's position: tokens 0..511 are cached
 constexpr int kFuture = 256;   // the oracle looks at the next 256 queries
 constexpr int kBudget = 128, kSinks = 4, kRecent = 32, kBlock = 16;
-const char* kPolicies[] = {"oracle", "triattention", "h2o", "streaming", "random"};
-constexpr int kN = 5;
+const char* kPolicies[] = {"oracle", "triattention", "h2o", "streaming", "random"};  // round_scores' order
+constexpr int kN = int(std::size(kPolicies));
 
-// Per band f: mean over layers and heads of |qbar_f| / m_f.
-std::vector<double> concentration(const TriCalibration& cal) {
-  std::vector<double> r(size_t(cal.bands()), 0.0);
+// How concentrated one band's queries are, |qbar_f| / m_f, over the model's heads.
+struct Concentration {
+  double mean = 0, least = 1, most = 0;
+};
+
+// Per band f: the mean over every layer's heads, and the least and most concentrated head.
+std::vector<Concentration> concentration(const TriCalibration& cal) {
+  std::vector<Concentration> r(size_t(cal.bands()));
   for (int l = 0; l < cal.num_layers; ++l)
     for (int h = 0; h < cal.num_heads; ++h)
       for (int f = 0; f < cal.bands(); ++f) {
         const size_t i = cal.index(l, h, f);
-        r[f] += std::hypot(double(cal.qbar_re[i]), double(cal.qbar_im[i])) / cal.q_abs_mean[i];
+        const double ratio = std::hypot(double(cal.qbar_re[i]), double(cal.qbar_im[i])) / cal.q_abs_mean[i];
+        r[f].mean += ratio / (cal.num_layers * cal.num_heads);
+        r[f].least = std::min(r[f].least, ratio);
+        r[f].most = std::max(r[f].most, ratio);
       }
-  for (double& x : r) x /= cal.num_layers * cal.num_heads;
   return r;
 }
 
@@ -87,13 +94,14 @@ std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibr
 
 // 1. The calibration: per band, how concentrated the pre-RoPE queries are.
 static void query_centres(const TriCalibration& cal, const ModelConfig& c) {
-  std::printf("How concentrated the pre-RoPE queries are per band (|qbar_f| / m_f, mean over heads;\n"
-              "omega_f = theta^(-2f / head_dim), this model's RoPE base theta = %.0f):\n", c.rope_theta);
-  std::printf("  band f   period 2pi/omega_f (tokens)   concentration\n");
-  const std::vector<double> conc = concentration(cal);
-  for (int f = 0; f < cal.bands(); f += 3) {
+  std::printf("How concentrated the pre-RoPE queries are per band (|qbar_f| / m_f over the %d heads of\n"
+              "every layer; omega_f = theta^(-2f / head_dim), this model's RoPE base theta = %.0f):\n",
+              c.num_layers * c.num_heads, c.rope_theta);
+  std::printf("  band f   period 2pi/omega_f (tokens)   mean   least head   most head\n");
+  const std::vector<Concentration> conc = concentration(cal);
+  for (int f = 0; f < cal.bands(); ++f) {
     const double period = 2 * M_PI / tri_omega(f, c.head_dim, c.rope_theta);
-    std::printf("  %6d   %27.0f   %13.2f\n", f, period, conc[f]);
+    std::printf("  %6d   %27.0f   %4.2f   %10.2f   %9.2f\n", f, period, conc[f].mean, conc[f].least, conc[f].most);
   }
   std::printf("Queries pointing every way at random would give about %.3f (sqrt(pi / (4 n)), n = %s).\n",
               tri_noise_ratio(cal.tokens), commas(cal.tokens).c_str());
@@ -114,7 +122,7 @@ static void one_round(const Model& model, const Tokenizer& tokenizer, const TriC
     std::vector<int64_t> pos(kT);
     std::iota(pos.begin(), pos.end(), 0);
     std::vector<std::vector<int64_t>> keep(kN);
-    for (int k = 0; k < kN; ++k) keep[k] = select_keep(pos, scores[k], schedule);
+    for (int k = 0; k < kN; ++k) keep[k] = select_keep(pos, scores[k], schedule);  // ascending, as both need
     for (int k = 0; k < kN; ++k) {
       std::vector<int64_t> common;
       std::set_intersection(keep[k].begin(), keep[k].end(), keep[0].begin(), keep[0].end(),
@@ -143,8 +151,10 @@ static void one_round(const Model& model, const Tokenizer& tokenizer, const TriC
     std::printf("  %-12s  %15.0f%%  %5.0f%% %5.0f%% %6.0f%% %7.0f%%  %6.1f\n", kPolicies[k], 100 * shared[k] / n,
                 100 * by_distance[k][0] / n, 100 * by_distance[k][1] / n, 100 * by_distance[k][2] / n,
                 100 * by_distance[k][3] / n, blocks[k] / n);
-  std::printf("\nAn even spread over the middle would put %.0f%%, %.0f%%, %.0f%% and %.0f%% of the picks in those ranges.\n",
-              100.0 * (64 - 33) / middle, 100.0 * 64 / middle, 100.0 * 128 / middle, 100.0 * (509 - 256) / middle);
+  std::printf("\nAn even spread over the middle would put %.0f%%, %.0f%%, %.0f%% and %.0f%% of the picks in those ranges,\n",
+              100.0 * (edges[1] - edges[0]) / middle, 100.0 * (edges[2] - edges[1]) / middle,
+              100.0 * (edges[3] - edges[2]) / middle, 100.0 * (edges[4] - edges[3]) / middle);
+  std::printf("and share %.0f%% of the oracle's picks by chance (%d of %d).\n", 100.0 * picks / middle, picks, middle);
 }
 
 static void chapter() {
