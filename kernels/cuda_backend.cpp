@@ -322,6 +322,7 @@ const float* CudaBackend::forward(PagedKvCache& cache, int seq, const int* token
                                   const ForwardOptions& options) {
   const ModelConfig& c = model_.config;
   check_pool(cache);
+  check_prob_sums_path(options.attention, options.prob_sums);
   if (options.attention == AttentionPath::Eager) check_eager_fits(cache, seq, T);
   const Placement p = place_tokens(c, cache, seq, tokens, T);
   pieces_ = {StepPiece{0, T, options.attention, options.sum_from, options.prob_sums}};

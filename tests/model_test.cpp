@@ -338,6 +338,26 @@ TEST(PagedModel, RefusesBadTokensAndAFullPoolWithoutChangingAnything) {
   EXPECT_NO_THROW(forward(m, p.cache, p.kv, p.seq, s, five.data(), 4));
 }
 
+// Probability sums come from eager attention: asked of flash they stayed all 0
+// (H2O and SnapKV would then have ranked every token alike), now an error, before
+// anything is placed.
+TEST(PagedModel, ProbabilitySumsAskedOfFlashAreRefused) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Paged p(m.config, 4, 4);
+  RunState s;
+  std::vector<float> sums;
+  ForwardOptions flash;
+  flash.prob_sums = &sums;
+  const std::vector<int> three = {1, 2, 3};
+  EXPECT_THROW(forward(m, p.cache, p.kv, p.seq, s, three.data(), 3, flash), Error);
+  BatchItem item{p.seq, three, AttentionPath::Flash, 0, &sums};
+  EXPECT_THROW(forward_batch(m, p.cache, p.kv, s, {item}), Error);
+  EXPECT_EQ(p.cache.sequence(p.seq).live, 0);
+  item.attention = flash.attention = AttentionPath::Eager;
+  EXPECT_NO_THROW(forward_batch(m, p.cache, p.kv, s, {item}));
+  EXPECT_EQ(sums.size(), size_t(m.config.num_layers) * m.config.num_heads * 4);
+}
+
 // RoPE is defined up to max_position_embeddings: a token past it is refused, and
 // the cache is left as it was.
 TEST(PagedModel, RefusesAPositionPastMaxPositionEmbeddings) {

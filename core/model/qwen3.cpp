@@ -154,12 +154,19 @@ Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const
   return p;
 }
 
+void check_prob_sums_path(AttentionPath attention, const std::vector<float>* prob_sums) {
+  if (prob_sums && attention != AttentionPath::Eager)
+    throw Error("forward: attention probability sums are asked of flash attention, which keeps no probabilities; "
+                "use eager attention");
+}
+
 void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vector<BatchItem>& items) {
   if (items.empty()) throw Error("forward: an empty batch");
   std::vector<int> seqs;
   int64_t blocks = 0;
   for (const BatchItem& it : items) {
     check_tokens(c, cache, it.seq, it.tokens.data(), int(it.tokens.size()));
+    check_prob_sums_path(it.attention, it.prob_sums);
     if (std::find(seqs.begin(), seqs.end(), it.seq) != seqs.end())
       throw Error("forward: sequence " + std::to_string(it.seq) + " comes twice in one batch");
     seqs.push_back(it.seq);
@@ -196,6 +203,7 @@ const float* forward(const Model& model, PagedKvCache& cache, KvStorage& kv, int
                      int T, const ForwardOptions& options) {
   const ModelConfig& c = model.config;
   const Weights& w = model.weights;
+  check_prob_sums_path(options.attention, options.prob_sums);
   if (options.attention == AttentionPath::Eager)  // before the tokens are placed: nothing changes
     check_eager_attention_fits(T, int64_t(cache.sequence(seq).live) + T, c.head_dim);
   std::vector<Piece> pieces(1);

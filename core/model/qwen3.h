@@ -59,6 +59,10 @@ struct Placement {
 };
 Placement place_tokens(const ModelConfig& c, PagedKvCache& cache, int seq, const int* tokens, int T);
 
+// Probability sums come from eager attention only: asked of flash they would stay
+// 0, and H2O or SnapKV would rank every token alike. kvscope::Error then.
+void check_prob_sums_path(AttentionPath attention, const std::vector<float>* prob_sums);
+
 // Runs tokens[0..T) of sequence `seq` at its next positions, appending their K/V
 // to the paged cache. Returns the logits: [T, vocab] with all_logits, else [1, vocab].
 // Throws kvscope::Error, changing nothing, if a token id is out of range or the
@@ -82,7 +86,7 @@ struct BatchItem {
   std::vector<float>* prob_sums = nullptr;      // [num_layers, n_heads, its table blocks * block_size]
 };
 
-// Checks every item as place_tokens does, that no sequence comes twice, and that
+// Checks every item as place_tokens and check_prob_sums_path do, that no sequence comes twice, and that
 // the pool has the blocks for all of them together: kvscope::PoolExhausted otherwise
 // ("block pool exhausted: the batch ..."). Changes nothing.
 void check_batch(const ModelConfig& c, const PagedKvCache& cache, const std::vector<BatchItem>& items);
