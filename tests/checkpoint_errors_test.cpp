@@ -415,6 +415,21 @@ TEST_F(SuspiciousCheckpoint, NanWeightIsAWarningNotAnError) {
   expect_warning(weights().string() + ": tensor \"model.embed_tokens.weight\" holds 2 NaN or infinite values (of 24576)");
 }
 
+// A tied checkpoint's lm_head.weight is never read (the embedding is the head): a NaN
+// in it reaches no output, and once drew "its outputs will be NaN".
+TEST_F(SuspiciousCheckpoint, NanInAnUnusedTensorIsNoWarning) {
+  make_copy("tiny-tied-with-head");
+  set_f32("lm_head.weight", 7, std::numeric_limits<float>::quiet_NaN());
+  Model m;
+  ASSERT_NO_THROW(m = load_model(dir_.string()));
+  EXPECT_TRUE(m.warnings.empty()) << m.warnings.front();
+  set_f32("model.embed_tokens.weight", 7, std::numeric_limits<float>::quiet_NaN());  // the head it does use
+  ASSERT_NO_THROW(m = load_model(dir_.string()));
+  ASSERT_EQ(m.warnings.size(), 1u);
+  EXPECT_NE(m.warnings[0].find("tensor \"model.embed_tokens.weight\" holds 1 NaN or infinite value"), std::string::npos)
+      << m.warnings[0];
+}
+
 TEST_F(SuspiciousCheckpoint, DtypeOtherThanTheConfigSaysIsAWarning) {
   edit_config([](json& c) { c["torch_dtype"] = "bfloat16"; });  // the tensors are F32
   expect_warning("is F32 but config.json says torch_dtype \"bfloat16\" (as are 23 more tensors); loaded as stored");

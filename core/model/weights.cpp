@@ -139,10 +139,15 @@ std::optional<DType> config_dtype(const ModelConfig& c) {
 
 // Tensors holding NaN or infinite values (the output turns NaN as soon as one
 // is read): one line per tensor, the first few of them.
-void warn_non_finite(const std::map<std::string, TensorView>& tensors, std::vector<std::string>& out) {
+// Only the tensors the model reads: a tied checkpoint's lm_head.weight is ignored,
+// and a NaN in it reaches no output.
+void warn_non_finite(const ModelConfig& c, const std::map<std::string, TensorView>& tensors,
+                     std::vector<std::string>& out) {
   constexpr int kListed = 8;
+  const auto used = expected_shapes(c, !c.tie_word_embeddings);
   int found = 0;
   for (const auto& [name, t] : tensors) {
+    if (!used.count(name)) continue;
     const int64_t bad = count_non_finite(t);
     if (bad == 0 || ++found > kListed) continue;
     out.push_back(t.file + ": tensor \"" + name + "\" holds " + plural(bad, "NaN or infinite value") + " (of " +
@@ -205,7 +210,7 @@ Model load_model(const std::string& model_dir, WeightFormat format) {
   const auto& tensors = w.checkpoint->tensors();
 
   check_tensors(c, tensors, model_dir);
-  warn_non_finite(tensors, m.warnings);
+  warn_non_finite(c, tensors, m.warnings);
   warn_dtype(c, tensors, m.warnings);
 
   auto matrix = [&](const std::string& name) {
