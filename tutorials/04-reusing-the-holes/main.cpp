@@ -139,8 +139,12 @@ void part2_streaming() {
   }
 }
 
-// Logits of a teacher-forced run through the engine: prompt, then one token at a time.
-std::vector<float> engine_run(const Model& m, MemoryStrategy strategy, SequenceStats& stats) {
+// Logits of a teacher-forced run through the engine: a 16-token prompt, then 120
+// tokens one at a time (arbitrary ids, the same under every strategy). The logits
+// of the prompt's last token and of the first 119 decode steps: [120, vocab]; the
+// positions it kept at the end, ascending, go to `kept`.
+std::vector<float> engine_run(const Model& m, MemoryStrategy strategy, SequenceStats& stats,
+                              std::vector<int64_t>& kept) {
   EngineConfig config;
   config.block_size = 4;
   config.num_blocks = 64;
@@ -159,19 +163,25 @@ std::vector<float> engine_run(const Model& m, MemoryStrategy strategy, SequenceS
     logits = engine.decode(seq, (step * 91 + 5) % vocab);
   }
   stats = engine.stats(seq);
+  kept = engine.cache().live_positions(seq);
+  std::sort(kept.begin(), kept.end());  // table order is token order, except after hole reuse
   return out;
 }
 
 void part3_model() {
   const Model m = load_model(repo_path("tests/models/tiny-untied"));
   std::printf("\ntests/models/tiny-untied through the engine: a 16-token prompt, 120 decode steps, blocks of 4,\n");
-  std::printf("random eviction to 24 live tokens whenever 32 are live (the same tokens kept under every strategy)\n");
+  std::printf("random eviction to 24 live tokens whenever 32 are live\n");
   SequenceStats compact_stats;
-  const std::vector<float> compact = engine_run(m, MemoryStrategy::Compact, compact_stats);
+  std::vector<int64_t> compact_kept;
+  const std::vector<float> compact = engine_run(m, MemoryStrategy::Compact, compact_stats, compact_kept);
+  bool same_kept = true;
   std::printf("  %-8s  %6s  %11s  %s\n", "strategy", "rounds", "blocks used", "logits vs compact");
   for (MemoryStrategy strategy : {MemoryStrategy::HolesOnly, MemoryStrategy::ReuseHoles, MemoryStrategy::Compact}) {
     SequenceStats stats;
-    const std::vector<float> logits = engine_run(m, strategy, stats);
+    std::vector<int64_t> kept;
+    const std::vector<float> logits = engine_run(m, strategy, stats, kept);
+    same_kept = same_kept && kept == compact_kept;
     const bool identical = std::memcmp(logits.data(), compact.data(), logits.size() * sizeof(float)) == 0;
     const float worst = max_abs_diff(logits, compact);
     const char* verdict = strategy == MemoryStrategy::Compact ? "(the reference)"
@@ -180,6 +190,9 @@ void part3_model() {
                                                               : "DIFFERENT (!)";
     std::printf("  %-8s  %6d  %11d  %s\n", strategy_name(strategy), stats.rounds, stats.blocks_in_use, verdict);
   }
+  std::printf(same_kept ? "At the end every strategy holds the same %zu tokens.\n"
+                        : "The strategies kept DIFFERENT tokens (!) (compact: %zu).\n",
+              compact_kept.size());
 }
 
 static void chapter() {
