@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 
 #include "engine/engine.h"
@@ -720,7 +721,26 @@ TEST(TriCalibrateCommand, PrintsTheTableAndTheNoiseFloor) {
       << r.output;
   EXPECT_NE(r.output.find("would give about sqrt(pi / (4 n)) = 0.111 over these n = 64 tokens"), std::string::npos)
       << r.output;
-  EXPECT_EQ(TriCalibration::load(out).tokens, 64);
+  // Each layer's row, worked out again from the file it wrote: per head the mean
+  // over bands of |qbar_f| / m_f, then the heads' mean, least and most.
+  const TriCalibration cal = TriCalibration::load(out);
+  EXPECT_EQ(cal.tokens, 64);
+  for (int l = 0; l < cal.num_layers; ++l) {
+    std::vector<double> heads;
+    for (int h = 0; h < cal.num_heads; ++h) {
+      double sum = 0;
+      for (int f = 0; f < cal.bands(); ++f) {
+        const size_t i = cal.index(l, h, f);
+        sum += std::abs(std::complex<double>(cal.qbar_re[i], cal.qbar_im[i])) / cal.q_abs_mean[i];
+      }
+      heads.push_back(sum / cal.bands());
+    }
+    char row[128];
+    std::snprintf(row, sizeof row, "| %d | %.3f | %.3f | %.3f |", l,
+                  std::accumulate(heads.begin(), heads.end(), 0.0) / double(heads.size()),
+                  *std::min_element(heads.begin(), heads.end()), *std::max_element(heads.begin(), heads.end()));
+    EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+  }
   std::remove(out.c_str());
 }
 
