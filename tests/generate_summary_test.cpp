@@ -6,7 +6,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cache/trace.h"
 #include "own_temp_dir.h"
@@ -110,6 +114,27 @@ TEST(GenerateSummary, SaysHowTheWeightsAreHeld) {
   EXPECT_EQ(f32_as_stored.text, "weights: matrices in F32 as stored");
   EXPECT_EQ(f32_rounded.text, "weights: matrices stored in F32, held in BF16 (--weights bf16)");
   EXPECT_NEAR(f32_rounded.mb, f32_as_stored.mb / 2, 0.006);
+}
+
+// The stop ids of generation_config.json stop a run as config.json's do (the
+// README says generate reads both). Once only config.json's were read: a real
+// Qwen3 model, whose generation_config.json lists <|im_end|> too, ran on past it.
+TEST(GenerateSummary, GenerationConfigsStopIdsStopTheRun) {
+  namespace fs = std::filesystem;
+  const std::string dir = test::own_temp_dir() + "model";
+  fs::remove_all(dir);
+  fs::copy(tiny_model("tiny-untied"), dir);
+  // The greedy run's own tokens, from its trace: the prompt's, then the new ones.
+  const std::string trace = test::own_temp_dir() + "greedy.trace";
+  const std::string run = "generate --model '" + dir + "' --prompt hello -n 8 --temperature 0";
+  ASSERT_EQ(run_kvscope(run + " --trace " + trace).code, 0);
+  const std::vector<int> ids = trace_token_ids(read_trace(trace).header, trace).at(0);
+  const nlohmann::json gen = {{"eos_token_id", {378, ids.at(ids.size() - 8 + 2)}}};  // the third new token
+  std::ofstream(dir + "/generation_config.json") << gen.dump();
+  const ProgramRun r = run_kvscope(run);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("decode: 3 tokens, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(stopped at end of sequence)"), std::string::npos) << r.output;
 }
 
 }  // namespace

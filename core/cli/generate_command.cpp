@@ -258,7 +258,7 @@ void run_generate(const GenerateArgs& a) {
   // and the pool --kv-memory holds.
   Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");
   const std::vector<int> prompt = prompt_ids(a, tokenizer);
-  const ModelConfig config = load_config_file(a.model_dir + "/config.json");
+  const ModelConfig config = load_config(a.model_dir);  // config.json, and generation_config.json's stop ids
   check_prompt_in_vocabulary(prompt, config, tokenizer);
   check_positions_fit(config, prompt.size(), a.n);  // before the pool's checks: fixing one error shows no other
   PolicyFactory policy;
