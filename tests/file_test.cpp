@@ -68,6 +68,47 @@ TEST(WriteFileAtomically, ALinkStaysALinkToItsFile) {
   EXPECT_EQ(read_file((dir / "real.json").string()), "new");
 }
 
+// A link to a file not written yet: the file is written where the link points, and
+// the link stays. (It was replaced by a regular file, and check_writable left the file
+// it had created through the link behind, empty.)
+TEST(WriteFileAtomically, ALinkToAFileNotThereYetStaysALink) {
+  const fs::path dir = fresh_dir("kvscope-atomic-dangling");
+  fs::create_symlink(dir / "later.json", dir / "link.json");
+  check_writable((dir / "link.json").string());
+  EXPECT_FALSE(fs::exists(dir / "later.json"));  // the check leaves nothing behind
+  write_file_atomically((dir / "link.json").string(), [](std::ostream& out) { out << "new"; });
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  EXPECT_EQ(read_file((dir / "later.json").string()), "new");
+}
+
+// A file written again keeps its permissions (a 0600 trace came back 0644).
+TEST(WriteFileAtomically, TheFileKeepsItsPermissions) {
+  const fs::path dir = fresh_dir("kvscope-atomic-mode");
+  const std::string path = (dir / "private.json").string();
+  write_text(path, "old");
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  write_file_atomically(path, [](std::ostream& out) { out << "new"; });
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+}
+
+// check_writable tries what the write will do, a temporary file beside the target: a
+// name that fits alone but not with ".tmp-PID" after it passed, and the run failed
+// at its end ("File name too long").
+TEST(CheckWritable, TriesTheTemporaryFileTheWriteUses) {
+  const fs::path dir = fresh_dir("kvscope-writable");
+  const std::string longest = (dir / std::string(250, 'a')).string();  // a name may have 255 bytes
+  write_text(longest, "x");
+  ASSERT_TRUE(fs::exists(longest));
+  try {
+    check_writable(longest);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write: File name too long"), std::string::npos) << e.what();
+  }
+  check_writable((dir / "fine.json").string());
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // nothing left behind
+}
+
 // A device is written, not replaced: renaming a file over /dev/full would need root
 // and break the machine; writing to it fails, and says so.
 TEST(WriteFileAtomically, ADeviceIsWrittenDirectly) {

@@ -55,21 +55,51 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+namespace {
+
+// The file a write to `path` replaces: through symbolic links, even one whose file
+// does not exist yet (realpath resolves only what exists).
+std::string write_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = path;
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return absolute_path(p.string());
+}
+
+// The temporary file write_file_atomically fills beside `target` before the rename.
+std::string temporary_beside(const std::string& target) { return target + ".tmp-" + std::to_string(::getpid()); }
+
+// A device or a pipe (/dev/stdout, a FIFO): written directly, with no rename.
+bool is_special(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+// What write_file_atomically will do, tried now: create (and remove) its temporary
+// file in the target's folder. Opening the target itself passed where the folder
+// took no new file, and a name too long once ".tmp-PID" was added; a FIFO is not
+// opened (its reader would see an empty file, and the real write then wait forever).
 void check_writable(const std::string& path) {
   if (path.empty()) throw Error("an output file name is empty");
   check_not_a_directory(path);
-  struct stat st {};
-  const bool existed = ::stat(path.c_str(), &st) == 0;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  if (is_special(path)) return;
+  const std::string temp = temporary_beside(write_target(path));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
   ::close(fd);
-  if (!existed) ::unlink(path.c_str());
+  ::unlink(temp.c_str());
 }
 
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream& out)>& write) {
   check_not_a_directory(path);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {  // a device or a pipe: no rename
+  if (is_special(path)) {
     std::ofstream out(path, std::ios::binary);
     if (!out) throw file_error(path, std::string("cannot open for writing: ") + std::strerror(errno));
     write(out);
@@ -77,8 +107,10 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     if (!out) throw file_error(path, "write failed (disk full?)");
     return;
   }
-  const std::string target = absolute_path(path);  // through a symbolic link, to its file
-  const std::string temp = target + ".tmp-" + std::to_string(::getpid());
+  const std::string target = write_target(path);  // through a symbolic link, to its file
+  const std::string temp = temporary_beside(target);
+  struct stat st {};
+  const bool existed = ::stat(target.c_str(), &st) == 0;
   std::ofstream out(temp, std::ios::binary | std::ios::trunc);
   if (!out) throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
   try {
@@ -89,6 +121,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     throw;
   }
   out.close();
+  if (existed) ::chmod(temp.c_str(), st.st_mode & 07777);  // the file keeps its permissions
   if (!out || ::rename(temp.c_str(), target.c_str()) != 0) {
     ::unlink(temp.c_str());
     throw file_error(path, "write failed (disk full?): not written");

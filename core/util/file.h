@@ -26,9 +26,10 @@ std::string absolute_path(const std::string& path);
 // opens for reading as a file does, and reads as empty: a check before reading.
 void check_not_a_directory(const std::string& path);
 
-// Fails now, not after a long run, if `path` cannot be written: opens it for writing
-// without truncating it, and removes it again if it did not exist. kvscope::Error
-// naming the file (a directory, a missing folder, no permission).
+// Fails now, not after a long run, if `path` cannot be written as write_file_atomically
+// writes it: creates and removes the temporary file beside it (a device or a pipe is
+// not opened). kvscope::Error naming the file (a directory, a missing folder, no
+// permission, a name too long).
 void check_writable(const std::string& path);
 
 // Writes `path` whole or not at all: `write` fills a temporary file beside it, which
