@@ -336,6 +336,11 @@ TEST(BadInput, StandardErrorThatCannotBeWrittenIsNotExitCodeZero) {
   // Standard error closed by the shell is discarded as 2>/dev/null would (it once
   // made every generate exit 1).
   EXPECT_EQ(test::run_shell(generate + " 2>&-").code, 0);
+  // Standard output closed is output thrown away: said, and exit code 1 (it was 0).
+  const test::ProgramRun closed = test::run_shell(generate + " 2>&1 >&-");
+  EXPECT_EQ(closed.code, 1) << closed.output;
+  EXPECT_NE(closed.output.find("kvscope: error: standard output: closed (>&-), so the output was thrown away\n"),
+            std::string::npos) << closed.output;
   // A command that writes nothing there is not refused for it (OMP_NUM_THREADS unset:
   // above the cores it is a warning, which would go there).
   EXPECT_EQ(test::run_shell("env -u OMP_NUM_THREADS " + test::binary_path("kvscope") +
@@ -765,6 +770,9 @@ TEST(BadInput, OmpNumThreadsMeetsTheSameLimitAsThreads) {
   EXPECT_EQ(explicit_threads.code, 0) << explicit_threads.err;
   EXPECT_EQ(explicit_threads.err.find("OMP_NUM_THREADS"), std::string::npos) << explicit_threads.err;
   EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 0", huge).code, 1);
+  // Zero however written: "00" and "+0" once skipped the limit and started 100,000 threads.
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads 00", huge).code, 1);
+  EXPECT_EQ(run_kvscope(kTiny + "--prompt hi -n 2 --threads=+0", huge).code, 1);
   EXPECT_EQ(run_kvscope("--help", huge).code, 0);  // help starts no thread
   const std::string over = std::to_string(sysconf(_SC_NPROCESSORS_CONF) + 1);
   const ProgramRun warned = run_kvscope(kTiny + "--prompt hi -n 2", "OMP_NUM_THREADS=" + over + " ");

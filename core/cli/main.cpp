@@ -90,7 +90,7 @@ void check_threads(int threads) {
 static bool threads_given(const CLI::App& app) {
   for (const CLI::App* command : app.get_subcommands()) {
     const CLI::Option* threads = command->get_option_no_throw("--threads");
-    if (threads && threads->count() > 0 && threads->as<std::string>() != "0") return true;
+    if (threads && threads->count() > 0 && threads->as<int>() != 0) return true;  // "00" and "+0" are 0 too
     if (threads_given(*command)) return true;
   }
   return false;
@@ -133,7 +133,15 @@ void print_warnings(const std::vector<std::string>& warnings) {
 // job, and exit code 0 would hide that. Standard error has the summaries (generate's speeds
 // and cache) and the warnings: where one was lost there is nowhere left to say so, but the
 // exit code still can.
+// A standard output the shell closed (>&-) was reopened as /dev/null: it takes the
+// output without a word, so the exit code says it went nowhere.
+static bool stdout_was_closed = false;
+
 static int output_written() {
+  if (stdout_was_closed) {
+    std::fprintf(stderr, "kvscope: error: standard output: closed (>&-), so the output was thrown away\n");
+    return 1;
+  }
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     std::fprintf(stderr, "kvscope: error: standard output: write failed (disk full?)\n");
     return 1;
@@ -164,7 +172,10 @@ int main(int argc, char** argv) {
   // A standard stream the shell closed (2>&-) reads as /dev/null: otherwise the next
   // file opened would take its number, and writes meant for it would land there.
   for (int fd = 0; fd <= 2; ++fd)
-    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF && open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return 1;
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return 1;
+      kvscope::cli::stdout_was_closed = kvscope::cli::stdout_was_closed || fd == 1;
+    }
   CLI::App app{"kvscope: a Qwen3 decoder with a paged KV cache, eviction and compaction"};
   app.require_subcommand(1);
   kvscope::cli::add_generate_command(app);
