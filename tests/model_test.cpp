@@ -7,6 +7,7 @@
 // each step's logits compared. Bound: max |C++ - PyTorch| <= 1e-4.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -385,19 +386,32 @@ TEST(PagedModel, TwoSequencesShareOnePoolWithoutInterfering) {
   const int sa = cache.add_sequence(), sb = cache.add_sequence();
   RunState s;
   const int vocab = m.config.vocab_size;
-  // Interleave: a's prompt, b's prompt, then a decode step on each.
+  // Interleave: a's prompt, b's prompt, then a decode step on b and one on a, each
+  // after the other's writes.
   forward(m, cache, kv, sa, s, a.data(), 7);
   forward(m, cache, kv, sb, s, b.data(), 3);
   int t = 9;
-  forward(m, cache, kv, sa, s, &t, 1);
-  const float* la = forward(m, cache, kv, sb, s, &t, 1);
-  std::vector<float> got_b(la, la + vocab);
+  const float* lb = forward(m, cache, kv, sb, s, &t, 1);
+  const std::vector<float> got_b(lb, lb + vocab);
+  const float* la = forward(m, cache, kv, sa, s, &t, 1);
+  const std::vector<float> got_a(la, la + vocab);
 
-  Paged alone(m.config, 8);
-  forward(m, alone.cache, alone.kv, alone.seq, s, b.data(), 3);
-  const float* lb = forward(m, alone.cache, alone.kv, alone.seq, s, &t, 1);
-  EXPECT_EQ(got_b, std::vector<float>(lb, lb + vocab));
-  EXPECT_NE(cache.sequence(sa).blocks, cache.sequence(sb).blocks);
+  // Each as it would be alone, bit for bit.
+  const auto alone = [&](const std::vector<int>& prompt) {
+    Paged p(m.config, 8);
+    RunState own;
+    forward(m, p.cache, p.kv, p.seq, own, prompt.data(), int(prompt.size()));
+    const float* l = forward(m, p.cache, p.kv, p.seq, own, &t, 1);
+    return std::vector<float>(l, l + vocab);
+  };
+  EXPECT_EQ(got_a, alone(a));
+  EXPECT_EQ(got_b, alone(b));
+  // And in blocks of their own: a's 8 tokens in 2, b's 4 in 1, none shared.
+  std::vector<int> blocks = cache.sequence(sa).blocks;
+  blocks.insert(blocks.end(), cache.sequence(sb).blocks.begin(), cache.sequence(sb).blocks.end());
+  std::sort(blocks.begin(), blocks.end());
+  EXPECT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(std::adjacent_find(blocks.begin(), blocks.end()), blocks.end()) << "a block held by both";
 }
 
 }  // namespace
