@@ -57,6 +57,9 @@ void polyline(ImDrawList* dl, const Frame& f, const std::vector<Sample>& h, cons
   float along = 0;
   for (size_t i = 1; i < pts.size(); ++i) {
     const ImVec2 p = pts[i - 1], q = pts[i];
+    // A NaN end (no value yet: the law before a token is written) leaves a gap. It
+    // once made `along` NaN, and no dash was drawn from there on: the whole line.
+    if (std::isnan(p.y) || std::isnan(q.y)) continue;
     const float len = std::hypot(q.x - p.x, q.y - p.y);
     for (float d = 0; d < len;) {
       const float phase = std::fmod(along + d, period);
@@ -218,10 +221,6 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   axes(dl, f, {"0%", "25%", "50%", "75%", "100%"});
   const bool law = s.view(0).run().random_one_shot();
   std::vector<Line> lines;
-  if (law) {
-    lines.push_back({&f, [](const Sample& x) { return double(x.run[0].expected); }});
-    polyline(dl, f, h, lines.back().y, palette::kExpectedLine, 1.5f, true);
-  }
   // Tokens evicted: one line when the runs evict the same tokens; one per run, tinted
   // by its strategy, when each scheduled the requests its own way.
   const int evicted_lines = s.same_schedule() ? 1 : s.views();
@@ -236,6 +235,10 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   for (int v = 0; v < s.views(); ++v) {
     lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].freed); }});
     polyline(dl, f, h, lines.back().y, view_colour(s, v), 2.0f, false);
+  }
+  if (law) {  // last, dashed, over the holes-only line it predicts
+    lines.push_back({&f, [](const Sample& x) { return double(x.run[0].expected); }});
+    polyline(dl, f, h, lines.back().y, palette::kExpectedLine, 1.5f, true);
   }
   // The key, with the values at the cursor.
   const Counters& c0 = s.view(0).counters();

@@ -170,7 +170,7 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   // Freed is of the full cache's blocks (the same sequences with no eviction), not of
   // the pool's: the two differ while sequences are still growing, or when they share it.
   const auto freed = [](const std::string& share, int64_t of) {  // not "1,000" on one line, "blocks" the next
-    return "freed " + share + " of a full cache's " + nowrap(commas(of) + " blocks");
+    return "freed " + share + " of a full cache's " + nowrap(commas(of) + (of == 1 ? " block" : " blocks"));
   };
   const int blocks = t.occupancy().num_blocks();
   const std::string in_use = in_use_text(c.blocks_in_use, double(c.memory_in_use()));

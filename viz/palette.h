@@ -62,7 +62,9 @@ inline uint32_t strategy(MemoryStrategy s) {
 // The right view's colour when both views share a strategy (two traces, say).
 constexpr uint32_t kSecondRun = rgb(120, 180, 255);
 constexpr uint32_t kEvictedLine = rgb(200, 205, 215);
-constexpr uint32_t kExpectedLine = rgb(240, 110, 90, 170);
+// The law f^block_size, drawn over the line it predicts (holes only, of the same
+// hue): a colour of its own, or a measurement on the law hides it.
+constexpr uint32_t kExpectedLine = rgb(235, 140, 230, 230);
 
 // Scales a colour's brightness (0 .. 1), keeping alpha.
 inline uint32_t shade(uint32_t c, float k) {

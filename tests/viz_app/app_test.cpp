@@ -530,6 +530,26 @@ TEST_F(HeadlessApp, TheRuleOfBlocksIsOnScreenWithTheRunsBlockSize) {
   for (const std::string& path : paths) std::remove(path.c_str());
 }
 
+// The vertices this frame drew in `colour` (alpha included), in every draw list.
+int vertices_of_colour(uint32_t colour) {
+  int n = 0;
+  const ImDrawData* d = ImGui::GetDrawData();
+  for (int l = 0; l < d->CmdListsCount; ++l)
+    for (const ImDrawVert& v : d->CmdLists[l]->VtxBuffer) n += v.col == colour;
+  return n;
+}
+
+// The law f^16 on the chart of a one-shot random run: the blog's claim, drawn dashed
+// over the holes-only line it predicts. Its first sample (no token written yet) has
+// no value, which once stopped every dash after it: the key listed a line that was
+// never drawn. The key's sample of it alone is 32 vertices; the line, thousands.
+TEST_F(HeadlessApp, TheLawIsDrawnOnTheChartOfARandomOneShotRun) {
+  app.load(scenario("blog-1k-random"));
+  press(ImGuiKey_End);
+  frame();
+  EXPECT_GT(vertices_of_colour(palette::kExpectedLine), 10 * 32);
+}
+
 // The height below the transport bar, shared: in a window of 1600x1000 the strip and
 // the charts take 13% and 25% (at least 70 and 150 px). In a short one (1024x600; a
 // 1080p screen at 200%) they once kept those floors and left the pools a strip of
