@@ -96,8 +96,14 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   // simulate's streaming policy on the uniform workload: five "seeds" were five copies of one run.
   expect_one_line_error("simulate --policy streaming --seeds 5", "--seed, --seeds: nothing in a run of the streaming");
   expect_one_line_error("simulate --policy streaming --seed 2", "every seed gives the same run");
-  expect_one_line_error("simulate --seed 9223372036854775808",  // once "out of range", no range given
-                        "--seed: 9223372036854775808 is out of range (the most is 9223372036854775807) (");
+  // An unsigned 64-bit seed takes all of its range: 2^63 was once refused as past 2^63 - 1.
+  expect_one_line_error("simulate --seed 18446744073709551616",  // once "out of range", no range given
+                        "--seed: 18446744073709551616 is out of range (the most is 18446744073709551615) (");
+  EXPECT_EQ(run_kvscope("simulate --tokens 100 --seed 18446744073709551615").code, 0);
+  expect_one_line_error("simulate --seeds 2 --seed 18446744073709551615", "the seeds would run past 18446744073709551615");
+  // A number is the whole value: " 0.5" was read as 0.5, "0.5 " refused.
+  expect_one_line_error(kTiny + "--prompt hi --temperature ' 0.5'", "--temperature: expects a number, not \" 0.5\" (");
+  expect_one_line_error(kTiny + "--prompt hi -n ' 5'", "--tokens: expects a whole number, not \" 5\" (");
   expect_one_line_error(kTiny + "--prompt hi -n 99999999999", "--tokens: 99999999999 is out of range (");
   expect_one_line_error("eval --keep 0.5,abc", "--keep: expects a number, not abc (");
   // A list's later words ("--keep 0.1 abc"): once "Could not convert: --keep = 0.1,abc".

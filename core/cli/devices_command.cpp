@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "util/format.h"
 #ifdef KVSCOPE_HAVE_CUDA
 #include "gpu_devices.h"
 #endif
@@ -13,7 +14,7 @@
 namespace kvscope::cli {
 
 static void run_devices() {
-  std::printf("cpu: %d OpenMP threads\n", omp_get_max_threads());
+  std::printf("cpu: %s\n", plural(omp_get_max_threads(), "OpenMP thread").c_str());
 #ifdef KVSCOPE_HAVE_CUDA
   std::string why;
   auto gpus = cuda::list_gpus(why);

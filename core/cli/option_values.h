@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -21,12 +22,20 @@ inline bool is_whole_number_text(const std::string& text) {
 // What is wrong with one value of a number option, or "" when nothing is. CLI11 2.3
 // says only "Could not convert: --tokens = 1.5" for a whole-number option given 1.5
 // or abc, and reads 99999999999999999999 into a 64-bit option as 9223372036854775807
-// (its strtoll saturates unchecked), so those are caught here first.
-inline std::string number_value_problem(const std::string& text, bool whole) {
+// (its strtoll saturates unchecked), so those are caught here first. An unsigned
+// option (--seed) takes up to 18446744073709551615. A number is the whole value:
+// not " 5" (strtod skipped the space, "5 " was refused).
+inline std::string number_value_problem(const std::string& text, bool whole, bool is_unsigned = false) {
   if (text.empty()) return std::string("expects a ") + (whole ? "whole " : "") + "number, not an empty value";
+  if (std::isspace(static_cast<unsigned char>(text[0])))
+    return std::string("expects a ") + (whole ? "whole " : "") + "number, not \"" + text + "\"";
   if (whole) {
     if (!is_whole_number_text(text)) return "expects a whole number, not " + text;
     errno = 0;
+    if (is_unsigned && text[0] != '-') {
+      (void)std::strtoull(text.c_str(), nullptr, 10);
+      return errno == ERANGE ? text + " is out of range (the most is 18446744073709551615)" : "";
+    }
     (void)std::strtoll(text.c_str(), nullptr, 10);
     if (errno == ERANGE)
       return text + " is out of range (" + (text[0] == '-' ? "the least is -9223372036854775808" : "the most is 9223372036854775807") + ")";
@@ -100,7 +109,8 @@ inline void check_one_value(const CLI::Option& option, const std::string& value)
   size_t from = 0;
   while (true) {
     const size_t to = delimiter == '\0' ? std::string::npos : value.find(delimiter, from);
-    const std::string problem = number_value_problem(value.substr(from, to - from), kind == ValueKind::WholeNumber);
+    const std::string problem = number_value_problem(value.substr(from, to - from), kind == ValueKind::WholeNumber,
+                                                     option.get_type_name().rfind("UINT", 0) == 0);
     if (!problem.empty()) throw CLI::ValidationError(flag, problem);
     if (to == std::string::npos) return;
     from = to + 1;

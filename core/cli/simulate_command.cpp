@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -69,6 +70,9 @@ void check_args(const SimulateArgs& a) {
     throw Error("--strategy must be all, holes, reuse or compact, got \"" + a.strategy + "\"");
   if (a.mode == "streaming" && a.sim.schedule.budget < 1) throw Error("--mode streaming needs --budget");
   if (a.mode == "one-shot" && a.slack_given) throw Error("--slack is for streaming: a one-shot round does not use it");
+  if (a.seeds > 1 && a.sim.seed > UINT64_MAX - uint64_t(a.seeds - 1))
+    throw Error("--seed " + std::to_string(a.sim.seed) + " and --seeds " + std::to_string(a.seeds) +
+                ": the seeds would run past 18446744073709551615");
   if (!a.trace.empty() && (a.strategy == "all" || a.seeds > 1))
     throw Error("--trace records one run: give --strategy holes, reuse or compact and no --seeds");
   // The seed draws the workload's importances and the random policy's choices. The
