@@ -81,6 +81,22 @@ TEST(WriteFileAtomically, ALinkToAFileNotThereYetStaysALink) {
   EXPECT_EQ(read_file((dir / "later.json").string()), "new");
 }
 
+// Links that lead round in a loop are refused, as the kernel refuses them (the loop
+// resolved to the link itself, which the write then replaced with a file).
+TEST(CheckWritable, LinksInALoopAreRefused) {
+  const fs::path dir = fresh_dir("kvscope-writable-loop");
+  fs::create_symlink(dir / "b", dir / "a");
+  fs::create_symlink(dir / "a", dir / "b");
+  try {
+    check_writable((dir / "a").string());
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write: Too many levels of symbolic links"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fs::is_symlink(dir / "a"));
+}
+
 // A file written again keeps its permissions (a 0600 trace came back 0644).
 TEST(WriteFileAtomically, TheFileKeepsItsPermissions) {
   const fs::path dir = fresh_dir("kvscope-atomic-mode");

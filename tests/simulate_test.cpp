@@ -17,6 +17,7 @@
 #include "run_kvscope.h"
 #include "test_paths.h"
 #include "util/error.h"
+#include "util/file.h"
 #include "util/memory_check.h"
 
 namespace kvscope {
@@ -383,6 +384,20 @@ TEST(SimulateCommand, SeedsGiveMeanMinMax) {
   EXPECT_NEAR(freed[0], 100 * sum / 3, 0.051);
   EXPECT_NEAR(freed[1], 100 * lo, 0.051);
   EXPECT_NEAR(freed[2], 100 * hi, 0.051);
+}
+
+// --trace /dev/stdout with standard output sent to a file: the trace is written into
+// that file, after the table. (It was renamed over the file, and the table, written
+// to the shell's file, now unlinked, was lost.)
+TEST(SimulateCommand, ATraceToStandardOutputKeepsTheTable) {
+  const std::string out = test::binary_path("simulate_stdout_" + std::to_string(::getpid()) + ".txt");
+  const test::ProgramRun r = test::run_shell(test::binary_path("kvscope") +
+                                             " simulate --tokens 100 --strategy holes --trace /dev/stdout > " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string written = read_file(out);
+  EXPECT_EQ(written.rfind("kvscope simulate: 100 tokens", 0), 0u) << written.substr(0, 200);
+  EXPECT_NE(written.find("\nkvscope-trace 1 block_size=16"), std::string::npos) << written.substr(0, 400);
+  std::remove(out.c_str());
 }
 
 TEST(SimulateCommand, TraceFileReplays) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -58,14 +59,15 @@ bool file_exists(const std::string& path) {
 namespace {
 
 // The file a write to `path` replaces: through symbolic links, even one whose file
-// does not exist yet (realpath resolves only what exists).
+// does not exist yet (realpath resolves only what exists). kvscope::Error for links
+// that lead round in a loop (40 hops, as the kernel counts).
 std::string write_target(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path p = path;
-  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+  for (int hops = 0; fs::is_symlink(p, ec); ++hops) {
     const fs::path to = fs::read_symlink(p, ec);
-    if (ec) break;
+    if (ec || hops == 40) throw file_error(path, "cannot write: " + std::string(std::strerror(ELOOP)));
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
   return absolute_path(p.string());
@@ -74,23 +76,42 @@ std::string write_target(const std::string& path) {
 // The temporary file write_file_atomically fills beside `target` before the rename.
 std::string temporary_beside(const std::string& target) { return target + ".tmp-" + std::to_string(::getpid()); }
 
-// A device or a pipe (/dev/stdout, a FIFO): written directly, with no rename.
+// A device or a pipe (a FIFO, /dev/null): written directly, with no rename.
 bool is_special(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
 }
 
+// The standard stream (stdout or stderr) that `path` already is, or nullptr:
+// --trace /dev/stdout, whatever the shell sent standard output to. Written through
+// that stream, after what it holds: opened again by name, a file was truncated (or
+// renamed over) and the table lost, and a pipe took the trace before the table.
+FILE* standard_stream_at(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return nullptr;
+  for (FILE* stream : {stdout, stderr}) {
+    struct stat open {};
+    if (::fstat(::fileno(stream), &open) == 0 && open.st_dev == st.st_dev && open.st_ino == st.st_ino) return stream;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 // What write_file_atomically will do, tried now: create (and remove) its temporary
-// file in the target's folder. Opening the target itself passed where the folder
-// took no new file, and a name too long once ".tmp-PID" was added; a FIFO is not
-// opened (its reader would see an empty file, and the real write then wait forever).
+// file in the target's folder, and, when the target exists, ask whether it may be
+// written (a read-only file is not replaced behind its back). Opening the target
+// alone passed where the folder took no new file, and a name too long once
+// ".tmp-PID" was added; a FIFO is not opened (its reader would see an empty file,
+// and the real write then wait forever).
 void check_writable(const std::string& path) {
   if (path.empty()) throw Error("an output file name is empty");
   check_not_a_directory(path);
-  if (is_special(path)) return;
-  const std::string temp = temporary_beside(write_target(path));
+  if (is_special(path) || standard_stream_at(path)) return;
+  const std::string target = write_target(path);
+  if (::access(target.c_str(), F_OK) == 0 && ::access(target.c_str(), W_OK) != 0)
+    throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
+  const std::string temp = temporary_beside(target);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
   ::close(fd);
@@ -99,6 +120,14 @@ void check_writable(const std::string& path) {
 
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream& out)>& write) {
   check_not_a_directory(path);
+  if (FILE* stream = standard_stream_at(path)) {
+    std::ostringstream out;
+    write(out);
+    const std::string bytes = out.str();
+    if (std::fwrite(bytes.data(), 1, bytes.size(), stream) != bytes.size() || std::fflush(stream) != 0)
+      throw file_error(path, "write failed (disk full?)");
+    return;
+  }
   if (is_special(path)) {
     std::ofstream out(path, std::ios::binary);
     if (!out) throw file_error(path, std::string("cannot open for writing: ") + std::strerror(errno));

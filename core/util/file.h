@@ -35,7 +35,9 @@ void check_writable(const std::string& path);
 // Writes `path` whole or not at all: `write` fills a temporary file beside it, which
 // is renamed over `path` once every byte is written and closed. A failed write (disk
 // full) leaves what was at `path` before, and no temporary file; a symbolic link
-// stays one, to the file it names. A device or pipe (/dev/stdout) is written directly.
+// stays one, to the file it names. A device or pipe is written directly; standard
+// output or error (/dev/stdout, wherever the shell sent it) through its stream,
+// after what the stream holds.
 // kvscope::Error "PATH: write failed (disk full?): not written" when it fails.
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream& out)>& write);
 
