@@ -141,6 +141,9 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error(kTiny + "--promt hi", "The following arguments were not expected: --promt hi (");
   expect_one_line_error("--version", "The following argument was not expected: --version (");
   expect_one_line_error("bench --sizee 3", "The following arguments were not expected: --sizee 3 (");
+  // ...but a misspelt command before its options is still named as a command.
+  expect_one_line_error("generat --prompt hi", "no command named generat; the commands: generate bench");
+  expect_one_line_error("bench atention --seq 5", "no command named atention; the commands: decode attention");
   expect_one_line_error("frobnicate", "no command named frobnicate; the commands: generate bench devices");
   expect_one_line_error("bench decod", "no command named decod; the commands: decode attention compaction");
   expect_one_line_error("bench", "bench needs a command; the commands: decode");

@@ -112,16 +112,17 @@ void print_cache_stats(const SequenceStats& s, const GenerateArgs& a) {
 // refusal itself says what the step needed). The cases go from the plainest cause
 // to the one this project is about: holes that keep their blocks.
 std::string pool_advice(const GenerateArgs& a, int num_blocks, size_t prompt_tokens) {
-  const int capacity = num_blocks * a.block_size;  // tokens
+  const int64_t capacity = int64_t(num_blocks) * a.block_size;  // tokens, as check_pool_holds_the_run counts them
   const std::string pool = "--kv-memory " + number_text(a.kv_memory_mb) + " MB holds " + plural(num_blocks, "block") +
                            " (" + plural(capacity, "token") + ")";
-  if (prompt_tokens > size_t(capacity))
+  if (int64_t(prompt_tokens) > capacity)
     return pool + ", fewer than the prompt's " + std::to_string(prompt_tokens) + ": raise --kv-memory";
   if (a.budget == 0)  // a round must start (budget + slack live tokens) before the pool is full
     return pool + " and nothing is evicted: raise --kv-memory, or evict with a --budget and --slack that add up to " +
            "at most " + plural(capacity, "token") +
-           (a.sinks + a.recent >= capacity ? " (and --sinks + --recent, which the budget keeps, below that)" : "");
-  if (a.budget + a.slack > capacity)
+           (int64_t(a.sinks) + a.recent >= capacity ? " (and --sinks + --recent, which the budget keeps, below that)"
+                                                     : "");
+  if (int64_t(a.budget) + a.slack > capacity)
     return pool + ", fewer than a round waits for (--budget " + std::to_string(a.budget) + " + --slack " +
            std::to_string(a.slack) + "): lower them, or raise --kv-memory";
   if (parse_strategy(a.strategy) == MemoryStrategy::HolesOnly)

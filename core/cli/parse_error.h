@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,17 +27,12 @@ inline std::string not_expected(const std::vector<std::string>& extras) {
                                         : "The following arguments were not expected: ") + typed;
 }
 
-// Whether a word the parse left over looks like an option ("--promt").
-inline bool names_an_option(const std::vector<std::string>& extras) {
-  for (const std::string& x : extras)
-    if (x.size() > 1 && x[0] == '-' && !std::isdigit(static_cast<unsigned char>(x[1])) && x[1] != '.') return true;
-  return false;
-}
-
-// A required option or command missing, and a word that looks like an option left
-// over: the word is the likelier mistake ("--promt hi" for "--prompt hi").
+// A required option or command missing, and the first word left over looks like
+// an option: that word is the likelier mistake ("--promt hi" for "--prompt hi").
+// A first word that does not ("generat --prompt hi") is a command's name, misspelt.
 inline bool misspelt_option(const CLI::ParseError& e, const CLI::App& app) {
-  return dynamic_cast<const CLI::RequiredError*>(&e) && names_an_option(app.remaining(true));
+  const std::vector<std::string> extras = app.remaining(true);
+  return dynamic_cast<const CLI::RequiredError*>(&e) && !extras.empty() && looks_like_option(extras.front());
 }
 
 // Four of CLI11's messages said another way, and one put first; others pass unchanged.
