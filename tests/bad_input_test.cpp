@@ -265,6 +265,9 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
 TEST(BadInput, AListGivenTheSameValueTwiceIsRefused) {
   // These ran the same policy, budget or strategy twice (minutes, for eval) and printed twin rows.
   expect_one_line_error("eval --policies streaming,h2o,streaming", "--policies: streaming is given twice");
+  // bench compaction's the same way: 0.5 and 0.499 of 64 tokens printed one row twice.
+  expect_one_line_error("bench compaction --tokens 64 --evict 0.5,0.499",
+                        "--evict 0.5 and 0.499 both keep 32 of the 64 tokens: the same row twice");
   // Two fractions of one budget: two rows "50.0% (128)" and "50.1% (128)", the same run.
   expect_one_line_error("eval --context 256 --keep 0.5,0.501 --policies streaming --windows 1 --continuation 4",
                         "eval: --keep 0.5 and 0.501 of the 256-token context are both 128 tokens: the same row twice");

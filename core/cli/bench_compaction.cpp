@@ -45,9 +45,13 @@ void check_fits(const ModelConfig& c, const CompactionBenchArgs& a) {
                                              " tokens (the K/V storage, and memcpy's two buffers)");
 }
 
+// The tokens a row keeps of `tokens` when it evicts the fraction f at random.
+int kept_tokens(int tokens, double f) { return int(double(tokens) * (1 - f)); }
+
 void run_compaction_bench(const CompactionBenchArgs& a) {
   check_distinct(a.evict, "--evict");
   check_distinct(a.block_sizes, "--block-sizes");
+  check_distinct_rows(a.evict, a.tokens, [&](double f) { return kept_tokens(a.tokens, f); });
   const ModelConfig c = load_config_file(a.config);
   check_fits(c, a);  // before the table, not half-way down it
   std::printf("kvscope bench compaction: %s in a cache shaped like %s (%s, kv_dim %d, f32: %s per token)\n",
@@ -60,7 +64,7 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
   for (int bs : a.block_sizes) {
     for (double f : a.evict) {
       std::fprintf(stderr, "block size %d, evict %.3f...\n", bs, f);
-      const int kept = int(double(a.tokens) * (1 - f));
+      const int kept = kept_tokens(a.tokens, f);
       const double evicted = 1 - double(kept) / a.tokens;  // as done: 64 tokens at 0.99 keep none, 100%
       double best_compact = 1e30, best_memcpy = 1e30;
       size_t bytes = 0, moves = 0;

@@ -39,6 +39,7 @@ using cuda::DeviceArray;
 void run_gpu_compaction_bench(const GpuCompactionBenchArgs& a) {
   check_distinct(a.tokens, "--tokens");
   check_distinct(a.evict, "--evict");
+  for (int n : a.tokens) check_distinct_rows(a.evict, n, [n](double f) { return kept_of(n, f); });
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-compaction");
   const ModelConfig c = load_config_file(a.config);
   const int bs = a.block_size;

@@ -60,6 +60,11 @@ double gpu_seconds(int calls, Fn&& fn) {
   return best_ms / 1e3 / calls;
 }
 
+// The tokens fill_sequence keeps of n: all when nothing is evicted, else one at least.
+inline int kept_of(int n, double evict_fraction) {
+  return evict_fraction <= 0 ? n : std::max(1, int(double(n) * (1 - evict_fraction)));
+}
+
 // A sequence of n tokens in a fresh HolesOnly cache; with evict_fraction > 0 that
 // fraction is evicted at random (no protected tokens), leaving holes in the table.
 inline void fill_sequence(PagedKvCache& cache, int seq, int n, double evict_fraction, uint64_t seed) {
@@ -67,7 +72,7 @@ inline void fill_sequence(PagedKvCache& cache, int seq, int n, double evict_frac
   if (evict_fraction <= 0) return;
   const std::vector<int64_t> pos = cache.live_positions(seq);
   RandomPolicy random(seed);
-  const EvictionSchedule keep{std::max(1, int(double(n) * (1 - evict_fraction))), 1, 0, 0};
+  const EvictionSchedule keep{kept_of(n, evict_fraction), 1, 0, 0};
   cache.evict(seq, complement(pos, select_keep(pos, random.scores({pos, n}), keep)));
 }
 

@@ -52,6 +52,17 @@ void check_distinct(const std::vector<T>& values, const std::string& flag) {
       }
 }
 
+// Two --evict fractions that keep the same number of `tokens` (kept(f) of them) would
+// run one row twice (0.5 and 0.499 of 64 both keep 32): kvscope::Error naming both.
+template <class Kept>
+void check_distinct_rows(const std::vector<double>& evict, int64_t tokens, Kept kept) {
+  for (size_t i = 0; i < evict.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (kept(evict[j]) == kept(evict[i]))
+        throw Error("--evict " + number_text(evict[j]) + " and " + number_text(evict[i]) + " both keep " +
+                    std::to_string(kept(evict[i])) + " of the " + std::to_string(tokens) + " tokens: the same row twice");
+}
+
 // The bundled model (assets/model): the default --model of every command that runs one.
 std::string bundled_model_dir();
 // Before a command reads `model_dir`: the bundled model, when its files are missing, is
