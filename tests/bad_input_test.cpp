@@ -100,10 +100,16 @@ TEST(BadInput, UsageErrorsAreOneLineToo) {
   expect_one_line_error("simulate --seed 18446744073709551616",  // once "out of range", no range given
                         "--seed: 18446744073709551616 is out of range (the most is 18446744073709551615) (");
   EXPECT_EQ(run_kvscope("simulate --tokens 100 --seed 18446744073709551615").code, 0);
-  expect_one_line_error("simulate --seeds 2 --seed 18446744073709551615", "the seeds would run past 18446744073709551615");
+  expect_one_line_error("simulate --seeds 2 --seed 18446744073709551615",
+                        "the seeds would run past 18446744073709551615");
   // A number is the whole value: " 0.5" was read as 0.5, "0.5 " refused.
   expect_one_line_error(kTiny + "--prompt hi --temperature ' 0.5'", "--temperature: expects a number, not \" 0.5\" (");
   expect_one_line_error(kTiny + "--prompt hi -n ' 5'", "--tokens: expects a whole number, not \" 5\" (");
+  expect_one_line_error(kTiny + "--prompt hi -n '5 '", "--tokens: expects a whole number, not \"5 \" (");
+  expect_one_line_error("eval --keep '0.5, 0.25'", "--keep: expects a number, not \" 0.25\" (");
+  // A negative unsigned one is its check's: "must be 0 or more" (once "the least is -9223372036854775808").
+  expect_one_line_error("simulate --seed -18446744073709551616",
+                        "--seed: must be 0 or more, not -18446744073709551616");
   expect_one_line_error(kTiny + "--prompt hi -n 99999999999", "--tokens: 99999999999 is out of range (");
   expect_one_line_error("eval --keep 0.5,abc", "--keep: expects a number, not abc (");
   // A list's later words ("--keep 0.1 abc"): once "Could not convert: --keep = 0.1,abc".

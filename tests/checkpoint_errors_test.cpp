@@ -562,10 +562,14 @@ TEST(Config, AFieldOfTheWrongTypeOrSizeIsNamed) {
   expect_config_error("tie_word_embeddings", "yes", "tie_word_embeddings must be true or false, got \"yes\"");
   expect_config_error("torch_dtype", 16, "torch_dtype must be a string, got 16");
   expect_config_error("hidden_act", json::array({"silu"}), "hidden_act must be a string, got [\"silu\"]");
-  expect_config_error("rms_norm_eps", 1e300, "rms_norm_eps must be a positive number a float holds, got 1e+300");
-  expect_config_error("rms_norm_eps", 0, "rms_norm_eps must be a positive number a float holds, got 0");
+  expect_config_error("rms_norm_eps", 1e300, "to 3.40282e+38), got 1e+300");
+  expect_config_error("rms_norm_eps", 0, "to 3.40282e+38), got 0");
   // 1e-50 became 0 as a float, and RMSNorm of a row of zeros NaN.
-  expect_config_error("rms_norm_eps", 1e-50, "rms_norm_eps must be a positive number a float holds, got 1e-50");
+  expect_config_error("rms_norm_eps", 1e-50, "to 3.40282e+38), got 1e-50");
+  // A subnormal is a float, but not a normal one: the message gives the range.
+  expect_config_error("rms_norm_eps", 1e-40,
+                      "rms_norm_eps must be a positive number a float holds (1.17549e-38, its smallest normal, to "
+                      "3.40282e+38), got 1e-40");
   // RoPE uses float(rope_theta): 1e39 became infinity and left every band but the first
   // unrotated; 1e-50 became 0 and gave NaN angles. Both generated text, exit 0.
   expect_config_error("rope_theta", 1e39, "rope_theta must be a positive number a float holds, got 1e+39");

@@ -145,7 +145,7 @@ void run_attention_bench(const AttentionBenchArgs& a) {
   }
   std::printf("\ntime = the best of %s, after at least 3 untimed ones (and 50 ms of them), with freed memory\n"
               "kept in the process (mallopt), so no call page-faults in what the one before it freed (blocks up\n"
-              "to 32 MiB = 33.5 MB; P at 16384 x 512 is that size exactly, and is still mapped fresh every call).\n"
+              "to 32 MiB = 33.6 MB; P at 16384 x 512 is that size exactly, and is still mapped fresh every call).\n"
               "extra memory = peak resident memory during one call minus resident memory before it, with every\n"
               "block over 128 KiB mapped fresh (whole process; page granularity, so small working sets read as 0).\n"
               "Eager holds P = softmax(Q K^T) for one head per thread, [queries x context] floats, plus a contiguous\n"

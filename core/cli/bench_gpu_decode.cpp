@@ -76,8 +76,10 @@ DecodeRun run_decode(const Model& model, const GpuDecodeBenchArgs& a, int n) {
   const int total = a.prompt_tokens + a.decode_tokens;
   EngineConfig ec;
   ec.block_size = 16;
-  // + the warm-up's two sequences: one prompt, and a short one.
-  ec.num_blocks = n * int(blocks_for_tokens(total, ec.block_size)) + int(blocks_for_tokens(a.prompt_tokens + 1, 16)) + 2;
+  // + the warm-up's two sequences: the prompt and 2 tokens, and a short prompt (16 at most) and 1.
+  const int warm_up_blocks =
+      int(blocks_for_tokens(a.prompt_tokens + 2, ec.block_size) + blocks_for_tokens(16 + 1, ec.block_size));
+  ec.num_blocks = n * int(blocks_for_tokens(total, ec.block_size)) + warm_up_blocks;
   ec.backend = cuda::make_backend;
   Engine engine(model, ec);
   std::vector<int> prompt(static_cast<size_t>(a.prompt_tokens)), seqs;

@@ -60,7 +60,8 @@ void check_distinct_rows(const std::vector<double>& evict, int64_t tokens, Kept 
     for (size_t j = 0; j < i; ++j)
       if (kept(evict[j]) == kept(evict[i]))
         throw Error("--evict " + number_text(evict[j]) + " and " + number_text(evict[i]) + " both keep " +
-                    std::to_string(kept(evict[i])) + " of the " + std::to_string(tokens) + " tokens: the same row twice");
+                    std::to_string(kept(evict[i])) + " of the " + std::to_string(tokens) +
+                    " tokens: the same row twice");
 }
 
 // The bundled model (assets/model): the default --model of every command that runs one.

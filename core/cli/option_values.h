@@ -24,16 +24,16 @@ inline bool is_whole_number_text(const std::string& text) {
 // or abc, and reads 99999999999999999999 into a 64-bit option as 9223372036854775807
 // (its strtoll saturates unchecked), so those are caught here first. An unsigned
 // option (--seed) takes up to 18446744073709551615. A number is the whole value:
-// not " 5" (strtod skipped the space, "5 " was refused).
+// not " 5" or "5 " (strtod skipped a leading space, and "0.5, 0.25" ran).
 inline std::string number_value_problem(const std::string& text, bool whole, bool is_unsigned = false) {
   if (text.empty()) return std::string("expects a ") + (whole ? "whole " : "") + "number, not an empty value";
-  if (std::isspace(static_cast<unsigned char>(text[0])))
-    return std::string("expects a ") + (whole ? "whole " : "") + "number, not \"" + text + "\"";
+  const bool spaced = text.find_first_of(" \t\n") != std::string::npos;
+  if (spaced) return std::string("expects a ") + (whole ? "whole " : "") + "number, not \"" + text + "\"";
   if (whole) {
     if (!is_whole_number_text(text)) return "expects a whole number, not " + text;
     errno = 0;
-    if (is_unsigned && text[0] != '-') {
-      (void)std::strtoull(text.c_str(), nullptr, 10);
+    if (is_unsigned) {  // a negative one is the option's own check's: "must be 0 or more"
+      if (text[0] != '-') (void)std::strtoull(text.c_str(), nullptr, 10);
       return errno == ERANGE ? text + " is out of range (the most is 18446744073709551615)" : "";
     }
     (void)std::strtoll(text.c_str(), nullptr, 10);

@@ -381,7 +381,7 @@ void add_simulate_command(CLI::App& app) {
       ->check(kFileName);
   cmd->callback([a, slack, seed, seeds] {
     a->slack_given = slack->count() > 0;
-    a->seed_given = seed->count() + seeds->count() > 0;
+    a->seed_given = seed->count() > 0 || a->seeds > 1;
     run_simulate(*a);
   });
 }

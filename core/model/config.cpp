@@ -216,7 +216,8 @@ static ModelConfig parse_config_object(const std::string& json_text, const std::
   // would become 0, and RMSNorm of a row of zeros NaN.
   const double eps = optional_field<double>(j, "rms_norm_eps", c.rms_norm_eps, "a number", source);
   if (!(eps >= std::numeric_limits<float>::min()) || eps > std::numeric_limits<float>::max())
-    throw file_error(source, "rms_norm_eps must be a positive number a float holds, got " + j["rms_norm_eps"].dump());
+    throw file_error(source, "rms_norm_eps must be a positive number a float holds (1.17549e-38, its smallest normal, "
+                             "to 3.40282e+38), got " + j["rms_norm_eps"].dump());
   c.rms_norm_eps = float(eps);
   c.rope_theta = read_rope_theta(j, c.rope_theta, source);
   c.tie_word_embeddings = optional_field<bool>(j, "tie_word_embeddings", false, "true or false", source);

@@ -97,7 +97,8 @@ static void chapter() {
 
   // The headline, and whether the law held: within half a percentage point of f^16.
   const double law = expected_blocks_freed(kEvict, 16);
-  std::printf("\nEvicted %s, reclaimed %.0f%% (%s; f^16 = %s): at block size 16, random eviction %s what f^16 predicts.\n",
+  std::printf("\nEvicted %s, reclaimed %.0f%% (%s; f^16 = %s): at block size 16, random eviction %s what f^16 "
+              "predicts.\n",
               percent(kEvict).c_str(), 100 * freed_at_16, percent(freed_at_16).c_str(), percent(law).c_str(),
               std::fabs(freed_at_16 - law) < 0.005 ? "gives back" : "does NOT give back");
 }

@@ -94,9 +94,9 @@ std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibr
 
 // 1. The calibration: per band, how concentrated the pre-RoPE queries are.
 static void query_centres(const TriCalibration& cal, const ModelConfig& c) {
-  std::printf("How concentrated the pre-RoPE queries are per band (|qbar_f| / m_f over the %d heads of\n"
-              "every layer; omega_f = theta^(-2f / head_dim), this model's RoPE base theta = %.0f):\n",
-              c.num_layers * c.num_heads, c.rope_theta);
+  std::printf("How concentrated the pre-RoPE queries are per band (|qbar_f| / m_f over all %d heads, %d layers\n"
+              "x %d; omega_f = theta^(-2f / head_dim), this model's RoPE base theta = %.0f):\n",
+              c.num_layers * c.num_heads, c.num_layers, c.num_heads, c.rope_theta);
   std::printf("  band f   period 2pi/omega_f (tokens)   mean   least head   most head\n");
   const std::vector<Concentration> conc = concentration(cal);
   for (int f = 0; f < cal.bands(); ++f) {
@@ -151,7 +151,8 @@ static void one_round(const Model& model, const Tokenizer& tokenizer, const TriC
     std::printf("  %-12s  %15.0f%%  %5.0f%% %5.0f%% %6.0f%% %7.0f%%  %6.1f\n", kPolicies[k], 100 * shared[k] / n,
                 100 * by_distance[k][0] / n, 100 * by_distance[k][1] / n, 100 * by_distance[k][2] / n,
                 100 * by_distance[k][3] / n, blocks[k] / n);
-  std::printf("\nAn even spread over the middle would put %.0f%%, %.0f%%, %.0f%% and %.0f%% of the picks in those ranges,\n",
+  std::printf("\nAn even spread over the middle would put %.0f%%, %.0f%%, %.0f%% and %.0f%% of the picks in those "
+              "ranges,\n",
               100.0 * (edges[1] - edges[0]) / middle, 100.0 * (edges[2] - edges[1]) / middle,
               100.0 * (edges[3] - edges[2]) / middle, 100.0 * (edges[4] - edges[3]) / middle);
   std::printf("and share %.0f%% of the oracle's picks by chance (%d of %d).\n", 100.0 * picks / middle, picks, middle);
