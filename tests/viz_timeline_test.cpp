@@ -945,6 +945,32 @@ TEST(VizTrace, TheIdOnePastTheVocabularyIsRefused) {
   EXPECT_EQ(trace_refusal({{"model", model}, {"tokens.0", "1," + std::to_string(vocab - 1)}}), "");
 }
 
+// A token a round evicted stays the policy's eviction once its sequence is released
+// (the strip drew every gone token of a finished request as "released", while its
+// caption counted the round's ones as evicted); one the release took is not.
+TEST(VizTimeline, ATokenARoundEvictedStaysEvictedAfterItsSequenceIsReleased) {
+  auto run = std::make_shared<viz::Run>();
+  PagedKvCache cache(2, 4, MemoryStrategy::HolesOnly, &run->events);
+  const int seq = cache.add_sequence();
+  for (int i = 0; i < 4; ++i) cache.append(seq);
+  cache.begin_round(seq);
+  const size_t evicting = run->events.size();  // the round's SlotEvicted
+  cache.evict(seq, {1});
+  cache.end_round(seq);
+  cache.release_sequence(seq);
+  ASSERT_EQ(run->events[evicting].kind, EventKind::SlotEvicted);
+  run->header = {4, 2, MemoryStrategy::HolesOnly, {}};
+  run->bytes_per_token = 1;
+  Timeline t(run);
+  t.seek(evicting);  // not yet applied
+  EXPECT_FALSE(t.evicted_by_policy(seq, 1));
+  t.seek(evicting + 1);
+  EXPECT_TRUE(t.evicted_by_policy(seq, 1));
+  t.seek(t.size());
+  EXPECT_TRUE(t.evicted_by_policy(seq, 1));
+  for (int64_t pos : {0, 2, 3}) EXPECT_FALSE(t.evicted_by_policy(seq, pos)) << pos;  // the release's
+}
+
 // A model run's scores are those of the sequence's last round that began before the
 // cursor: at the cursor of its RoundBegin (not yet applied) the round has none.
 TEST(VizTimeline, ARoundsScoresShowOnceItsRoundBeginIsApplied) {

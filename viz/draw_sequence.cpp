@@ -25,6 +25,8 @@ State state_of(const Timeline& t, int seq, int64_t pos) {
   const Counters& c = t.counters();
   if (pos >= c.next_position(seq)) return State::Future;
   if (t.locate(seq, pos).block >= 0) return State::Live;
+  // Evicted by a round, as the caption counts it, even once its sequence is released.
+  if (t.evicted_by_policy(seq, pos)) return State::Evicted;
   const bool released = seq < int(c.released_seq.size()) && c.released_seq[size_t(seq)];
   return released ? State::Released : State::Evicted;
 }

@@ -42,6 +42,7 @@ Timeline::Timeline(std::shared_ptr<const Run> run)
   // One replay of the whole run: checks every event (Occupancy throws with the
   // event's description) and leaves snapshots along the way.
   for (size_t i = 0; i < size(); ++i) {
+    note_policy_eviction(i);
     try {
       apply(event(i));
     } catch (const Error& e) {
@@ -52,6 +53,23 @@ Timeline::Timeline(std::shared_ptr<const Run> run)
   }
   final_lengths_ = counters_.next_pos;
   seek(0);
+}
+
+// Before event i is applied: a SlotEvicted inside its sequence's round is the policy's.
+void Timeline::note_policy_eviction(size_t i) {
+  const Event& e = event(i);
+  const size_t seq = size_t(e.seq);
+  if (e.kind != EventKind::SlotEvicted || seq >= counters_.in_round.size() || !counters_.in_round[seq]) return;
+  if (seq >= evicted_in_round_.size()) evicted_in_round_.resize(seq + 1);
+  std::vector<size_t>& at = evicted_in_round_[seq];
+  if (size_t(e.pos) >= at.size()) at.resize(size_t(e.pos) + 1, SIZE_MAX);
+  at[size_t(e.pos)] = i;
+}
+
+bool Timeline::evicted_by_policy(int seq, int64_t pos) const {
+  if (seq < 0 || size_t(seq) >= evicted_in_round_.size() || pos < 0) return false;
+  const std::vector<size_t>& at = evicted_in_round_[size_t(seq)];
+  return size_t(pos) < at.size() && at[size_t(pos)] < cursor_;
 }
 
 void Timeline::build_index() {

@@ -84,6 +84,10 @@ class Timeline {
   // the sequence has not written yet (the tail of its last block).
   bool used(int block, int slot) const { return used_[size_t(block) * size_t(occ_.block_size()) + size_t(slot)] != 0; }
 
+  // Whether a round of its sequence (the policy) had evicted (seq, pos) by the cursor;
+  // a token gone without one went with its sequence (a request done or preempted).
+  bool evicted_by_policy(int seq, int64_t pos) const;
+
   // Where each live token sits: the slot of (seq, pos), or {-1, -1} when not live.
   // Built from the occupancy on first use after the cursor moves.   O(slots)
   SlotRef locate(int seq, int64_t pos) const;
@@ -99,6 +103,7 @@ class Timeline {
   };
   void apply(const Event& e);
   void build_index();
+  void note_policy_eviction(size_t i);
   std::vector<std::tuple<EventKind, int32_t, int64_t>> logical_keys() const;
 
   std::shared_ptr<const Run> run_;
@@ -110,6 +115,7 @@ class Timeline {
   bool moved_in_round_ = false;
   std::vector<Snapshot> snapshots_;  // ascending cursors, the first at 0
   std::vector<int64_t> final_lengths_;
+  std::vector<std::vector<size_t>> evicted_in_round_;  // [seq][pos] the event that did, SIZE_MAX: none
 
   // Event indices by kind, ascending.
   std::vector<size_t> writes_, round_begins_, round_ends_, moves_, batch_starts_, logical_;
