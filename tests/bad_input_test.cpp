@@ -245,8 +245,9 @@ TEST(BadInput, NumbersOutOfRangeInEveryCommand) {
   expect_one_line_error("heads --sinks 2147483647 --recent 2147483647",
                         "heads: sinks + recent (2147483647 + 2147483647) must be fewer than the window's tokens");
   expect_one_line_error("eval --context 2147483647",
-                        "eval: --context 2147483647 + --continuation 32 need 2147483679 positions, more than the "
-                        "model's max_position_embeddings (2048): lower --context or --continuation");
+                        "eval: --context 2147483647 + --continuation 32 need 2147483679 positions (the oracle feeds "
+                        "every greedy token), more than the model's max_position_embeddings (2048): lower --context or "
+                        "--continuation");
   // Its bytes did not fit a size_t: "a KV memory budget of 0 bytes".
   expect_one_line_error(kTiny + "--prompt hi --kv-memory 1e300", "--kv-memory: must be 1000000000 or less, not 1e300");
   // Under the smallest double: strtod read 0, and the run went on with a whole-sequence

@@ -309,6 +309,19 @@ TEST(Eval, RefusesBadSettingsWithAMessage) {
   expect_refused(w, "a round starts at 152 + 8 (--slack) = 160 live tokens, not before the context ends");
   s.keep = {0.9};    // 144 + 8 < 160: one round
   EXPECT_NO_THROW(check_eval_settings(s, m.config.max_position_embeddings));
+  // The positions: the window and the greedy tokens but the last (never fed), or all
+  // of them when the oracle runs (its recording feeds the last one too). 160 + 41 - 1
+  // = 200 fit 200 positions; once every run counted 201.
+  s.continuation = 41;
+  s.policies = {"streaming"};
+  EXPECT_NO_THROW(check_eval_settings(s, 200));
+  s.policies = {"streaming", "oracle"};
+  EXPECT_THROW(check_eval_settings(s, 200), Error);
+  s.policies = {"streaming"};
+  s.continuation = 42;
+  EXPECT_THROW(check_eval_settings(s, 200), Error);
+  s.continuation = small_settings().continuation;
+  s.policies = small_settings().policies;
   s.keep = {0.001};  // 0 tokens: a budget of 0 is "never evict" (it ran the full cache under the policy's name)
   s.sinks = s.recent = 0;
   expect_refused(w, "eval: keeping 0.001 of the 160-token context is 0 tokens: raise --keep or --context");

@@ -141,11 +141,16 @@ void check_eval_settings(const EvalSettings& s, int max_position_embeddings) {
   if (s.block_size < 1 || s.block_size > kMaxBlockSize)
     throw Error("eval: the block size must be between 1 and " + std::to_string(kMaxBlockSize) + ", got " +
                 std::to_string(s.block_size));
-  const int64_t positions = int64_t(s.context) + s.continuation;  // in 64 bits: either may be near INT_MAX
+  // The positions fed: the window, then the greedy tokens but the last, which is never
+  // fed; the oracle's recording feeds that one too. In 64 bits: either may be near INT_MAX.
+  const bool oracle = runs_policy(s, "oracle");
+  const int64_t positions = int64_t(s.context) + s.continuation - (oracle ? 0 : 1);
   if (positions > max_position_embeddings)
     throw Error("eval: --context " + std::to_string(s.context) + " + --continuation " + std::to_string(s.continuation) +
-                " need " + std::to_string(positions) + " positions, more than the model's max_position_embeddings (" +
-                std::to_string(max_position_embeddings) + "): lower --context or --continuation");
+                (oracle ? "" : " - 1") + " need " + std::to_string(positions) + " positions" +
+                (oracle ? " (the oracle feeds every greedy token)" : " (the last greedy token is never fed)") +
+                ", more than the model's max_position_embeddings (" + std::to_string(max_position_embeddings) +
+                "): lower --context or --continuation");
   if (s.scored_from > s.context) throw Error("eval: scored_from is past the end of the context");
   if (s.calibration.empty() && runs_policy(s, "triattention"))
     throw Error("eval: policy triattention needs a calibration file: make one with kvscope calibrate and give "
