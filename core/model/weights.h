@@ -1,7 +1,8 @@
 // Weights: every tensor of a Qwen3 checkpoint, checked against its config.
 //
 // Matrices stay where they are when possible: F32 and BF16 tensors are views
-// into the memory-mapped safetensors files (no copy). F16 is widened to F32 at
+// into the memory-mapped safetensors files (no copy; one whose offset is not a
+// multiple of its element size is copied). F16 is widened to F32 at
 // load, and WeightFormat can ask for everything in F32 or in BF16; converted
 // copies live in huge-page buffers (util/huge_buffer.h).
 // Norm weights (small vectors) are always held as F32.
