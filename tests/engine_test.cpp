@@ -285,6 +285,16 @@ TEST(Engine, StatsAreTheSequencesOwn) {
   EXPECT_EQ(e.stats(a).blocks_full_cache, 3);
   EXPECT_EQ(e.stats(b).blocks_full_cache, 4);
   EXPECT_EQ(e.cache().pool().num_used(), 7);
+  // After a round the two part: what a cache that never evicted would hold, ceil(seen
+  // / 4), against the blocks in use (without eviction they are equal, whatever is counted).
+  Engine evicting(m, config_for(MemoryStrategy::Compact, "h2o", /*budget=*/8));
+  const int c = evicting.add_sequence();
+  evicting.prefill(c, tokens(13));  // 13 live: not yet 8 + 6
+  evicting.decode(c, 1);            // 14: a round keeps 8
+  const SequenceStats st = evicting.stats(c);
+  ASSERT_EQ(st.rounds, 1);
+  EXPECT_EQ(st.blocks_full_cache, 4);  // 14 tokens seen
+  EXPECT_EQ(st.blocks_in_use, 2);      // 8 live, compacted
 }
 
 // The random policy of each sequence draws its own numbers, and not the ones the
