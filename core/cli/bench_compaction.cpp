@@ -18,7 +18,6 @@
 #include "cache/kv_storage.h"
 #include "cli/bench_util.h"
 #include "cli/commands.h"
-#include "evict/random.h"
 #include "util/format.h"
 #include "util/memory_check.h"
 
@@ -45,9 +44,6 @@ void check_fits(const ModelConfig& c, const CompactionBenchArgs& a) {
                                              " tokens (the K/V storage, and memcpy's two buffers)");
 }
 
-// The tokens a row keeps of `tokens` when it evicts the fraction f at random.
-int kept_tokens(int tokens, double f) { return int(double(tokens) * (1 - f)); }
-
 void run_compaction_bench(const CompactionBenchArgs& a) {
   check_distinct(a.evict, "--evict");
   check_distinct(a.block_sizes, "--block-sizes");
@@ -64,8 +60,7 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
   for (int bs : a.block_sizes) {
     for (double f : a.evict) {
       std::fprintf(stderr, "block size %d, evict %.3f...\n", bs, f);
-      const int kept = kept_tokens(a.tokens, f);
-      const double evicted = 1 - double(kept) / a.tokens;  // as done: 64 tokens at 0.99 keep none, 100%
+      const double evicted = 1 - double(kept_tokens(a.tokens, f)) / a.tokens;  // as done: 0.99 of 64 tokens is 100%
       double best_compact = 1e30, best_memcpy = 1e30;
       size_t bytes = 0, moves = 0;
       for (int r = 0; r < a.repeats; ++r) {
@@ -73,14 +68,10 @@ void run_compaction_bench(const CompactionBenchArgs& a) {
         KvStorage kv(c, cache.num_blocks(), bs);
         std::fill(kv.k.begin(), kv.k.end(), 1.0f);  // touch every page before timing
         std::fill(kv.v.begin(), kv.v.end(), 2.0f);
+        // The same tokens evicted in every run (seed 1): the best time is then one
+        // plan's, and its bytes are the row's.
         const int seq = cache.add_sequence();
-        for (int i = 0; i < a.tokens; ++i) cache.append(seq);
-        // Evict a random fraction f (no protected tokens), the same tokens in every
-        // run: the best time is then one plan's, and its bytes are the row's.
-        const std::vector<int64_t> pos = cache.live_positions(seq);
-        RandomPolicy random(1);
-        const EvictionSchedule schedule{kept, 1, 0, 0};
-        cache.evict(seq, complement(pos, select_keep(pos, random.scores({pos, a.tokens}), schedule)));
+        fill_sequence(cache, seq, a.tokens, f, 1);
 
         const std::vector<Move> plan = cache.plan_compaction(seq);
         moves = plan.size();

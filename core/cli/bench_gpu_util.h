@@ -1,6 +1,6 @@
 // Helpers shared by the `kvscope bench gpu-*` commands (builds with CUDA only):
 // the GPU and its peak memory bandwidth for the table header, a GPU clock,
-// and a random paged cache to measure on.
+// and a paged cache's table as the kernels read it.
 #pragma once
 
 #ifdef KVSCOPE_HAVE_CUDA
@@ -14,8 +14,6 @@
 #include "cache/kv_cache.h"
 #include "cli/bench_util.h"
 #include "cuda_check.h"
-#include "evict/policy.h"
-#include "evict/random.h"
 #include "gpu_devices.h"
 #include "util/error.h"
 
@@ -58,22 +56,6 @@ double gpu_seconds(int calls, Fn&& fn) {
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
   return best_ms / 1e3 / calls;
-}
-
-// The tokens fill_sequence keeps of n: all when nothing is evicted, else one at least.
-inline int kept_of(int n, double evict_fraction) {
-  return evict_fraction <= 0 ? n : std::max(1, int(double(n) * (1 - evict_fraction)));
-}
-
-// A sequence of n tokens in a fresh HolesOnly cache; with evict_fraction > 0 that
-// fraction is evicted at random (no protected tokens), leaving holes in the table.
-inline void fill_sequence(PagedKvCache& cache, int seq, int n, double evict_fraction, uint64_t seed) {
-  for (int i = 0; i < n; ++i) cache.append(seq);
-  if (evict_fraction <= 0) return;
-  const std::vector<int64_t> pos = cache.live_positions(seq);
-  RandomPolicy random(seed);
-  const EvictionSchedule keep{kept_of(n, evict_fraction), 1, 0, 0};
-  cache.evict(seq, complement(pos, select_keep(pos, random.scores({pos, n}), keep)));
 }
 
 // The block table and the position of every logical slot (-1 = empty), as the kernels read them.
