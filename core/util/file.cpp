@@ -76,24 +76,25 @@ std::string write_target(const std::string& path) {
 // The temporary file write_file_atomically fills beside `target` before the rename.
 std::string temporary_beside(const std::string& target) { return target + ".tmp-" + std::to_string(::getpid()); }
 
-// A device or a pipe (a FIFO, /dev/null): written directly, with no rename.
-bool is_special(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-}
+// How a write reaches `path`. Through `stream` when the path already is standard
+// output or error (--trace /dev/stdout, whatever the shell sent it to), after what the
+// stream holds: opened again by name, a file was truncated (or renamed over) and the
+// table lost, and a pipe took the trace before the table. Directly when it is a device
+// or a pipe (a FIFO, /dev/null): `special`. Else (neither set) as a file, by a rename.
+struct Destination {
+  FILE* stream = nullptr;
+  bool special = false;
+};
 
-// The standard stream (stdout or stderr) that `path` already is, or nullptr:
-// --trace /dev/stdout, whatever the shell sent standard output to. Written through
-// that stream, after what it holds: opened again by name, a file was truncated (or
-// renamed over) and the table lost, and a pipe took the trace before the table.
-FILE* standard_stream_at(const std::string& path) {
+Destination destination_of(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return nullptr;
+  if (::stat(path.c_str(), &st) != 0) return {};  // no file yet
   for (FILE* stream : {stdout, stderr}) {
     struct stat open {};
-    if (::fstat(::fileno(stream), &open) == 0 && open.st_dev == st.st_dev && open.st_ino == st.st_ino) return stream;
+    if (::fstat(::fileno(stream), &open) == 0 && open.st_dev == st.st_dev && open.st_ino == st.st_ino)
+      return {stream, false};
   }
-  return nullptr;
+  return {nullptr, !S_ISREG(st.st_mode)};
 }
 
 }  // namespace
@@ -107,7 +108,7 @@ FILE* standard_stream_at(const std::string& path) {
 void check_writable(const std::string& path) {
   if (path.empty()) throw Error("an output file name is empty");
   check_not_a_directory(path);
-  if (is_special(path) || standard_stream_at(path)) return;
+  if (const Destination d = destination_of(path); d.stream || d.special) return;
   const std::string target = write_target(path);
   if (::access(target.c_str(), F_OK) == 0 && ::access(target.c_str(), W_OK) != 0)
     throw file_error(path, std::string("cannot write: ") + std::strerror(errno));
@@ -120,15 +121,16 @@ void check_writable(const std::string& path) {
 
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream& out)>& write) {
   check_not_a_directory(path);
-  if (FILE* stream = standard_stream_at(path)) {
+  const Destination d = destination_of(path);
+  if (d.stream) {
     std::ostringstream out;
     write(out);
     const std::string bytes = out.str();
-    if (std::fwrite(bytes.data(), 1, bytes.size(), stream) != bytes.size() || std::fflush(stream) != 0)
+    if (std::fwrite(bytes.data(), 1, bytes.size(), d.stream) != bytes.size() || std::fflush(d.stream) != 0)
       throw file_error(path, "write failed (disk full?)");
     return;
   }
-  if (is_special(path)) {
+  if (d.special) {
     std::ofstream out(path, std::ios::binary);
     if (!out) throw file_error(path, std::string("cannot open for writing: ") + std::strerror(errno));
     write(out);
