@@ -128,15 +128,15 @@ void print_warnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
 }
 
+// A standard output the shell closed (>&-), reopened as /dev/null by main: it takes the
+// output without a word, so output_written's exit code says it went nowhere.
+static bool stdout_was_closed = false;
+
 // The exit code once the run's output is written. Standard output has the tables and the
 // text (or the help): if it could not take them (a full disk, say), the run did not do its
 // job, and exit code 0 would hide that. Standard error has the summaries (generate's speeds
 // and cache) and the warnings: where one was lost there is nowhere left to say so, but the
 // exit code still can.
-// A standard output the shell closed (>&-) was reopened as /dev/null: it takes the
-// output without a word, so the exit code says it went nowhere.
-static bool stdout_was_closed = false;
-
 static int output_written() {
   if (stdout_was_closed) {
     std::fprintf(stderr, "kvscope: error: standard output: closed (>&-), so the output was thrown away\n");
