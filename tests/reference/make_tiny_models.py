@@ -20,7 +20,10 @@ shapes and, except for lm_head, the same weights):
     tiny-bf16-sharded    BF16, untied, two shards + model.safetensors.index.json
     tiny-f16             F16, tied
     tiny-gqa5            F32, untied, 10 query heads over 2 KV heads (a group
-                         of 5, as in Qwen3-14B), head_dim 64; its own weights
+                         of 5, as in Qwen3-14B), head_dim 64; its own weights;
+                         rms_norm_eps 0.05 (the others' 1e-6, as every Qwen3's,
+                         is too small to show: a forward pass that ignored the
+                         config's eps passed every fixture)
 
 Shapes: hidden 64, intermediate 160, 2 layers, 4 query heads, 2 KV heads,
 head_dim 32 (deliberately != hidden / heads = 16, so code that derives
@@ -288,6 +291,9 @@ SHARED_HEADS = (HEADS, KV_HEADS, HEAD_DIM)
 # In the shared shape, heads / kv_heads = kv_heads = 2, so code that mixed up
 # the group size and the KV head count would still pass there.
 GQA5_HEADS = (10, 2, 64)
+# RMSNorm's eps of tiny-gqa5: near the mean square of its rows (about 0.2 in the
+# residual stream, about 1 in q and k), so that the eps read from config.json shows.
+GQA5_RMS_NORM_EPS = 0.05
 
 VARIANTS = [
     # name, dtype, tie_word_embeddings, lm_head in file, sharded, heads
@@ -336,7 +342,7 @@ def main():
             "num_attention_heads": n_heads,
             "num_hidden_layers": LAYERS,
             "num_key_value_heads": n_kv_heads,
-            "rms_norm_eps": 1e-06,
+            "rms_norm_eps": GQA5_RMS_NORM_EPS if heads == GQA5_HEADS else 1e-06,
             "rope_scaling": None,
             "rope_theta": 1000000,
             "sliding_window": None,
