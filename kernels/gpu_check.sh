@@ -8,9 +8,12 @@
 #   $OUT/gpu-results.md when OUT is set, else kernels/gpu-results.md, beside this
 #   script (the design card fixes the top level, which has no docs/)
 # Every step has a time limit, and all of them together a budget (BUDGET, default
-# 540 s, under the device tool's 600 s a call): a step gets the smaller of its own
+# 540 s: the device tool allows 600 s a call, and a task's 15 minutes of device time
+# include the machine's start, so there is no second try; with less left, as its
+# status says, give BUDGET that minus a minute): a step gets the smaller of its own
 # limit and what is left, and once less than 10 s is left the rest are listed as
-# skipped. A failed step is recorded and the next one runs.
+# skipped. A failed step is recorded and the next one runs; the report ends with a
+# summary of the steps that failed or were skipped, and the script exits 1 if any failed.
 #
 # The GPU machine the device tool lends has, by the tool's notes, CUDA 13, CMake
 # and a compiler; the Debian packages kvscope builds against (Eigen, CLI11, PCRE2,
@@ -46,6 +49,8 @@ BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-16}
 BUDGET=${BUDGET:-540}
 started=$SECONDS
+failed_steps=()   # "COMMAND (exit code N...)" of each step that failed, for the summary
+skipped_steps=()  # the commands the budget left no time for
 if [ -n "${OUT:-}" ]; then REPORT=$OUT/gpu-results.md; else REPORT=kernels/gpu-results.md; fi
 mkdir -p "$(dirname "$REPORT")"
 
@@ -62,6 +67,7 @@ run() {
   shift
   if [ "$left" -lt 10 ]; then
     printf '\n(skipped, %s s of the %s s budget left): %s\n' "$left" "$BUDGET" "$*" | tee -a "$REPORT"
+    skipped_steps+=("$*")
     return 124
   fi
   [ "$limit" -gt "$left" ] && limit=$left
@@ -71,7 +77,10 @@ run() {
   local why=""
   [ "$rc" = 124 ] && why=": stopped after ${limit} s"
   [ "$rc" = 137 ] && why=": killed 10 s after its ${limit} s limit"
+  [ "$rc" -gt 128 ] && [ "$rc" != 137 ] &&
+    why=": killed by signal $((rc - 128))$(kill -l "$((rc - 128))" 2>/dev/null | sed 's/^/ SIG/')"
   { echo "(exit code $rc$why)"; echo '```'; } | tee -a "$REPORT"
+  [ "$rc" != 0 ] && failed_steps+=("$* (exit code $rc$why)")
   return "$rc"
 }
 section() { printf '\n## %s\n\n%s\n' "$1" "$2" | tee -a "$REPORT"; }
@@ -128,9 +137,21 @@ nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/c
 chmod +x "$BUILD/kvscope_tests" "$BUILD/kvscope" 2> /dev/null
 if [ -x "$BUILD/kvscope_tests" ] && [ -x "$BUILD/kvscope" ]; then
   built_in=$(cat "$BUILD/lib/SOURCE_DIR" 2>/dev/null)
-  if [ -n "$built_in" ] && [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
-    mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
+  # (What the link's making says goes into the report: without it every test that reads
+  # a model fails with "file not found", and the reason would be nowhere.)
+  source_note=""
+  if [ -n "$built_in" ] && [ "$built_in" != "$PWD" ]; then
+    if [ -e "$built_in" ] && [ ! "$built_in" -ef "$PWD" ]; then
+      source_note=" WARNING: $built_in already exists and is not this copy: the programs read the test models and configs there."
+    elif [ ! -e "$built_in" ] && ! { mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"; } 2>/dev/null; then
+      source_note=" WARNING: could not link $built_in to this copy: the programs will not find the test models and configs."
+    fi
   fi
+  # The commit the programs were built from; a tree here at another commit is said.
+  built_from=$(cat "$BUILD/lib/COMMIT" 2>/dev/null)
+  [ -n "$built_from" ] && [ "$built_from" != "$(commit)" ] && git rev-parse --git-dir > /dev/null 2>&1 &&
+    source_note="$source_note WARNING: the programs were built from $built_from, this tree is at $(commit)."
+
   case "$BUILD" in /*) libs="$BUILD/lib" ;; *) libs="$PWD/$BUILD/lib" ;; esac  # BUILD may be absolute
   export LD_LIBRARY_PATH="$libs:${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # CUDA's runtime and cuBLAS elsewhere (a Python wheel's nvidia/ folder, say): look for them.
@@ -145,7 +166,7 @@ if [ -x "$BUILD/kvscope_tests" ] && [ -x "$BUILD/kvscope" ]; then
     found=$(find /usr/local /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
     [ -n "$found" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$found"
   fi
-  section "Build" "Prebuilt on the development machine (bash kernels/gpu_check.sh --prepare), built in ${built_in:-an unknown folder}, run from $PWD."
+  section "Build" "Prebuilt on the development machine (bash kernels/gpu_check.sh --prepare), from commit ${built_from:-unknown}, built in ${built_in:-an unknown folder}, run from $PWD.$source_note"
   run 30 ldd "$BUILD/kvscope_tests"
 else
   section "Build" "Release, CUDA architecture ${arch:-default (80-real 90)}; only the program and the tests."
@@ -172,11 +193,27 @@ run 240 "$BUILD/kvscope_tests" --gtest_filter='Gpu*:DeviceOption*'
 # later test in the process fails with it too. Rerun the failed tests one process
 # each, the first 8 (gtest prints them in the order they ran), with launches made
 # synchronous so that an error names the launch that caused it.
-failed=$(tail -n +"$((before + 1))" "$REPORT" | grep -oE '^\[  FAILED  \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+' |
-  awk '!seen[$NF]++ {print $NF}' | head -8)
-if [ -n "$failed" ]; then
-  section "Failed GPU tests, one process each" "Each failed test alone (the first 8), with CUDA_LAUNCH_BLOCKING=1: a test that passes here failed above only because an earlier test left the CUDA context broken."
-  for t in $failed; do run 30 env CUDA_LAUNCH_BLOCKING=1 "$BUILD/kvscope_tests" --gtest_filter="$t"; done
+# A test program that crashed (a signal) printed no FAILED line for the test it was in:
+# that one, the last started and never finished, is rerun too, and the report says
+# that the tests after it did not run.
+failed=$(tail -n +"$((before + 1))" "$REPORT" | awk '
+  /^\[ RUN      \] / {running = $NF}
+  /^\[       OK \] / {running = ""}
+  /^\[  FAILED  \] [A-Za-z0-9_\/]+\.[A-Za-z0-9_\/]+/ {running = ""; if (!seen[$4]++) print $4}
+  END {if (running != "") print "CRASHED " running}' | head -9)
+crashed=$(echo "$failed" | awk '$1 == "CRASHED" {print $2}')
+failed=$(echo "$failed" | awk '$1 != "CRASHED" && NF' | head -8)
+[ -n "$crashed" ] && section "The GPU tests stopped in $crashed" "The test program died in $crashed (the exit code above says how); the tests after it did not run."
+if [ -n "$failed$crashed" ]; then
+  section "Failed GPU tests, one process each" "Each failed test alone (the first 8, for 90 s in all), with CUDA_LAUNCH_BLOCKING=1: a test that passes here failed above only because an earlier test left the CUDA context broken."
+  reruns_until=$((SECONDS + 90))
+  for t in $failed $crashed; do
+    if [ "$SECONDS" -ge "$reruns_until" ]; then
+      echo "(no rerun of $t: the reruns' 90 s are spent)" | tee -a "$REPORT"
+      continue
+    fi
+    run 30 env CUDA_LAUNCH_BLOCKING=1 "$BUILD/kvscope_tests" --gtest_filter="$t"
+  done
 fi
 
 section "Benchmarks" "Paged decode attention bandwidth and eager versus flash; compaction versus cudaMemcpy; end-to-end decode of a Qwen3-0.6B-shaped random model, alone and with 8 and 32 sequences in batched steps."
@@ -193,7 +230,9 @@ if [ -n "$sanitizer" ]; then
   # racecheck instruments every shared-memory access: only the kernels that share memory
   # (attention's three paths and rmsnorm's block sums), so that it fits its 90 s.
   shared_memory_tests='GpuAttention.Flash*:GpuAttention.Paged*:GpuAttention.Eager*:GpuKernels.RmsNorm*'
-  kernel_tests='GpuKernels*:GpuAttention*:GpuCompaction*'
+  # memcheck also runs one serving step whose table reads are the deepest (a long table
+  # behind a short one): the CPU stand-in guards writes only, not reads.
+  kernel_tests='GpuKernels*:GpuAttention*:GpuCompaction*:GpuServe.ALongTableBehindAShortOneInADecodeStep'
   run 90 "$sanitizer" --tool racecheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$shared_memory_tests"
   run 90 "$sanitizer" --tool memcheck --error-exitcode 1 "$BUILD/kvscope_tests" --gtest_filter="$kernel_tests"
 else
@@ -212,5 +251,13 @@ else
   echo "ncu (Nsight Compute) was not found; not run." | tee -a "$REPORT"
 fi
 
+section "Summary" "$(
+  if [ ${#failed_steps[@]} = 0 ]; then echo "Every step that ran exited 0."
+  else echo "Steps that failed (${#failed_steps[@]}):"; printf -- '- %s\n' "${failed_steps[@]}"; fi
+  if [ ${#skipped_steps[@]} -gt 0 ]; then
+    echo; echo "Steps skipped, with no budget left (${#skipped_steps[@]}):"; printf -- '- %s\n' "${skipped_steps[@]}"
+  fi
+)"
 printf '\n(the whole run: %s s)\n' "$((SECONDS - started))" | tee -a "$REPORT"
 echo "report: $REPORT"
+[ ${#failed_steps[@]} = 0 ]

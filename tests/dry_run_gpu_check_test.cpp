@@ -2,7 +2,8 @@
 // time, rarely, with no second try. So it is dry-run here, with stand-ins for its
 // two programs (shell scripts that print their arguments and sleep): it must write
 // every step's command to the report, keep inside its time budget by listing what
-// does not fit as skipped, and exit 0. What the real programs print is the GPU
+// does not fit as skipped, end with a summary of what failed or was skipped, and
+// exit 0 only if nothing failed. What the real programs print is the GPU
 // tests' and benchmarks' business. (Neither the suite's name nor the file's starts
 // with "gpu": the script runs the GPU tests as Gpu*, and the CPU stand-in builds
 // tests/gpu_*_test.cpp; neither should run this.)
@@ -26,11 +27,13 @@ struct DryRun {
   std::string report;    // $OUT/gpu-results.md
 };
 
-// gpu_check.sh with BUDGET=budget and stub kvscope and kvscope_tests that each take
+// gpu_check.sh with BUDGET=budget and stub kvscope, kvscope_tests and ldd; the first two take
 // `seconds`; the stub kvscope_tests runs `tests_also` (shell) after that. With
 // `copied`, the script runs from a copy outside any git checkout, as on the GPU
-// machine, beside a build/lib/COMMIT as --prepare writes it.
-DryRun dry_run(int budget, int seconds, const std::string& tests_also = "", bool copied = false) {
+// machine, beside a build/lib/COMMIT as --prepare writes it; with `recorded`, that file
+// says this commit.
+DryRun dry_run(int budget, int seconds, const std::string& tests_also = "", bool copied = false,
+               std::string recorded = "") {
   const fs::path dir = fs::temp_directory_path() / ("kvscope-gpu-check-" + std::to_string(::getpid()) + "-" +
                                                     std::to_string(budget));
   fs::remove_all(dir);
@@ -41,17 +44,26 @@ DryRun dry_run(int budget, int seconds, const std::string& tests_also = "", bool
                                         << (name == std::string("kvscope_tests") ? tests_also : "") << "\n";
     fs::permissions(dir / "build" / name, fs::perms::owner_all);
   }
+  // ldd of a shell script fails ("not a dynamic executable"), as the real programs' does not.
+  fs::create_directories(dir / "bin");
+  std::ofstream(dir / "bin" / "ldd") << "#!/bin/sh\necho \"stub ldd $*\"\n";
+  fs::permissions(dir / "bin" / "ldd", fs::perms::owner_all);
   std::string script = test::source_path("kernels/gpu_check.sh");
   if (copied) {
     fs::create_directories(dir / "tree" / "kernels");
     fs::create_directories(dir / "build" / "lib");
     fs::copy_file(script, dir / "tree" / "kernels" / "gpu_check.sh");
     script = (dir / "tree" / "kernels" / "gpu_check.sh").string();
-    std::ofstream(dir / "build" / "lib" / "COMMIT") << "feedbee\n";
+    if (recorded.empty()) recorded = "feedbee";
   }
   DryRun r;
-  r.run = test::run_command("OUT='" + (dir / "out").string() + "' BUILD='" + (dir / "build").string() +
-                            "' BUDGET=" + std::to_string(budget) + " bash '" + script + "'");
+  if (!recorded.empty()) {
+    fs::create_directories(dir / "build" / "lib");
+    std::ofstream(dir / "build" / "lib" / "COMMIT") << recorded << "\n";
+  }
+  r.run = test::run_command("PATH='" + (dir / "bin").string() + "':\"$PATH\" OUT='" + (dir / "out").string() +
+                            "' BUILD='" + (dir / "build").string() + "' BUDGET=" + std::to_string(budget) + " bash '" +
+                            script + "'");
   std::ifstream in(dir / "out" / "gpu-results.md");
   std::stringstream report;
   report << in.rdbuf();
@@ -75,7 +87,7 @@ TEST(DryRunOfGpuCheck, DryRunWritesEveryStepToTheReport) {
        {"# kvscope on a CUDA GPU", "- date: ", "- GPU (nvidia-smi", "- commit: ", "stub kvscope devices",
         "stub kvscope_tests --gtest_filter=Gpu*:DeviceOption*", "stub kvscope bench gpu-attention",
         "stub kvscope bench gpu-compaction", "stub kvscope bench gpu-decode", "stub kvscope serve-bench --device cuda",
-        "## Sanitizers", "## Kernel profiles", "(the whole run: "})
+        "## Sanitizers", "## Kernel profiles", "## Summary\n\nEvery step that ran exited 0.\n", "(the whole run: "})
     EXPECT_NE(r.report.find(expected), std::string::npos) << "not in the report: " << expected << "\n" << r.report;
   EXPECT_EQ(r.report.find("(skipped"), std::string::npos) << r.report;
   EXPECT_EQ(r.report.find("one process each"), std::string::npos) << "nothing failed, nothing to rerun\n" << r.report;
@@ -87,6 +99,16 @@ TEST(DryRunOfGpuCheck, InACopyWithoutGitTheCommitIsTheOnePrepareRecorded) {
   const DryRun r = dry_run(540, 0, "", /*copied=*/true);
   ASSERT_EQ(r.run.code, 0) << r.run.output;
   EXPECT_NE(r.report.find("- commit: feedbee (recorded by --prepare; this copy has no .git)"), std::string::npos)
+      << r.report;
+}
+
+TEST(DryRunOfGpuCheck, ProgramsBuiltFromAnotherCommitThanTheTreeAreSaidSo) {
+  // Run from this checkout (git), with programs --prepare built at another commit: the
+  // report's results are those programs', and the Build section says which commit that is.
+  const DryRun r = dry_run(540, 0, "", /*copied=*/false, "0000000");
+  ASSERT_EQ(r.run.code, 0) << r.run.output;
+  EXPECT_NE(line_with(r.report, "from commit 0000000,", "WARNING: the programs were built from 0000000, this tree is at"),
+            "")
       << r.report;
 }
 
@@ -102,7 +124,7 @@ TEST(DryRunOfGpuCheck, FailedGpuTestsAreRerunAloneWithSynchronousLaunches) {
                            "  echo '[  FAILED  ] GpuModel/Logits.MatchTheCpu/2'\n"
                            "  exit 1;;\n"
                            "esac");
-  ASSERT_EQ(r.run.code, 0) << r.run.output;
+  EXPECT_EQ(r.run.code, 1) << "a step failed\n" << r.run.output;
   EXPECT_NE(r.report.find("## Failed GPU tests, one process each"), std::string::npos) << r.report;
   EXPECT_NE(line_with(r.report, "$ env CUDA_LAUNCH_BLOCKING=1 ", "--gtest_filter=GpuKernels.RmsNormMatchesTheCpu"), "")
       << r.report;
@@ -110,6 +132,29 @@ TEST(DryRunOfGpuCheck, FailedGpuTestsAreRerunAloneWithSynchronousLaunches) {
       << r.report;
   EXPECT_EQ(line_with(r.report, "CUDA_LAUNCH_BLOCKING", "--gtest_filter=2"), "") << r.report;
   EXPECT_NE(r.report.find("stub kvscope bench gpu-decode"), std::string::npos) << r.report;
+  // The summary names the failed step (the reruns passed), with its exit code.
+  EXPECT_NE(r.report.find("## Summary\n\nSteps that failed (1):\n- "), std::string::npos) << r.report;
+  EXPECT_NE(line_with(r.report, "- ", "kvscope_tests --gtest_filter=Gpu*:DeviceOption* (exit code 1)"), "") << r.report;
+}
+
+TEST(DryRunOfGpuCheck, ATestProgramThatCrashesHasItsLastTestNamedAndRerun) {
+  // A segfault prints no FAILED line: the test it was in (started, never finished) is
+  // named, rerun alone, and the signal is in the summary.
+  const DryRun r = dry_run(540, 0,
+                           "case \"$*\" in *'Gpu*'*)\n"
+                           "  echo '[ RUN      ] GpuKernels.RmsNormMatchesTheCpu'\n"
+                           "  echo '[       OK ] GpuKernels.RmsNormMatchesTheCpu (3 ms)'\n"
+                           "  echo '[ RUN      ] GpuAttention.PagedDecodeMatchesCpu'\n"
+                           "  kill -SEGV $$;;\n"
+                           "esac");
+  EXPECT_EQ(r.run.code, 1) << r.run.output;
+  EXPECT_NE(r.report.find("## The GPU tests stopped in GpuAttention.PagedDecodeMatchesCpu"), std::string::npos)
+      << r.report;
+  EXPECT_NE(line_with(r.report, "$ env CUDA_LAUNCH_BLOCKING=1 ", "--gtest_filter=GpuAttention.PagedDecodeMatchesCpu"),
+            "")
+      << r.report;
+  EXPECT_EQ(line_with(r.report, "$ env CUDA_LAUNCH_BLOCKING=1 ", "RmsNorm"), "") << "it passed\n" << r.report;
+  EXPECT_NE(line_with(r.report, "- ", "(exit code 139: killed by signal 11 SIGSEGV)"), "") << r.report;
 }
 
 TEST(DryRunOfGpuCheck, StepsPastTheBudgetAreListedAsSkipped) {
@@ -121,6 +166,8 @@ TEST(DryRunOfGpuCheck, StepsPastTheBudgetAreListedAsSkipped) {
   EXPECT_EQ(r.report.find("stub kvscope serve-bench"), std::string::npos) << r.report;
   EXPECT_NE(line_with(r.report, "(skipped, ", "kvscope serve-bench --device cuda"), "") << r.report;
   EXPECT_NE(line_with(r.report, "of the 12 s budget left)", "kvscope bench gpu-decode"), "") << r.report;
+  EXPECT_NE(r.report.find("Steps skipped, with no budget left ("), std::string::npos) << r.report;
+  EXPECT_NE(line_with(r.report, "- ", "kvscope serve-bench --device cuda"), "") << r.report;
 }
 
 // A typo of --prepare once ran the whole check on the development machine and
