@@ -14,6 +14,8 @@ __device__ __forceinline__ float to_f32(uint16_t b) { return __uint_as_float(uin
 
 // The sum of `x` over the 32 lanes of a warp, in every lane: each round adds the
 // value of the lane `offset` away (butterfly), so after 5 rounds all lanes agree.
+// warp_sum and warp_max name every lane (the mask 0xffffffff): all 32 lanes of the
+// warp must call them together, never from a branch that only some lanes take.
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;

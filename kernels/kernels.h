@@ -79,7 +79,9 @@ struct Heads {
 };
 
 // In all three attention kernels a query at position p sees the slots holding a position <= p
-// (causal by position, holes skipped); q and out are [T, n_heads * head_dim], q_pos is [T].
+// (causal by position, holes skipped); q and out are [T, n_heads * head_dim], q_pos is [T], T >= 1.
+// The caller writes every query's own K/V first (kv_write), so each query sees one slot at
+// least: a query that saw none would divide by a softmax sum of 0 (NaN, as on the CPU).
 
 // Decode attention: one pass over the table with online softmax, split across thread
 // blocks; `workspace` holds the blocks' partial results. With kv.row_start set, each

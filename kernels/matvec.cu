@@ -18,8 +18,9 @@
 // keeps one running sum per vector, in registers, so n tokens cost one pass over
 // the weights, not n. Up to kMaxVectors per launch; more take several passes.
 //
-// Rows whose length or address does not allow 16-byte chunks take the scalar
-// loop (one weight per lane per step): same result, fewer bytes per request.
+// A matrix whose row length, or W's or x's address, does not allow 16-byte chunks
+// takes the scalar loop (one weight per lane per step; chosen once per launch, in
+// launch() below): same result, fewer bytes per request.
 #include <algorithm>
 #include <cstdint>
 

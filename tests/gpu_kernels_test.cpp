@@ -2,9 +2,10 @@
 // model/matvec.h) on random inputs. Tolerances, per operation:
 //   embed, kv_write, add      exact (copies; one f32 add)
 //   rmsnorm                   1e-5 relative (the CPU sums squares in double, the GPU in f32)
-//   rope                      1e-5 absolute on values in [-1, 1) (same angles; sinf/cosf within 2 ulp)
+//   rope                      1e-5 absolute on values in [-1, 1) (same angles; sinf/cosf within 2 ulp of exact)
 //   swiglu                    1e-6 relative (expf versus std::exp)
 //   matvec, matmul f32/bf16   1e-5 x sum |w x| (f32 sums in another order; bf16 widened exactly on both)
+#include <cstring>
 #include <tuple>
 
 #include "gpu_test.h"
@@ -126,8 +127,9 @@ TEST(GpuKernels, SwiGluAndResidualAdd) {
 enum class Linear { Gemv, Gemm };
 
 // y = W x for T vectors on the GPU, by the decode GEMV (matvec, T vectors in one pass
-// per kMaxVectors) or by cuBLAS (matmul), against the CPU's matmul.
-void check_linear(Linear path, DType dtype, int T, int rows, int cols) {
+// per kMaxVectors) or by cuBLAS (matmul), against the CPU's matmul. W starts `w_shift`
+// bytes and x `x_shift` floats past a cudaMalloc'ed (256-byte aligned) address.
+void check_linear(Linear path, DType dtype, int T, int rows, int cols, int w_shift = 0, int x_shift = 0) {
   const std::vector<float> w = random_floats(size_t(rows) * cols, 9), x = random_floats(size_t(T) * cols, 10);
   const std::vector<uint16_t> w16 = to_bf16(w);
   const bool bf16 = dtype == DType::BF16;
@@ -143,15 +145,21 @@ void check_linear(Linear path, DType dtype, int T, int rows, int cols) {
         bound[size_t(t) * rows + r] += 1e-5f * std::abs(wv * x[size_t(t) * cols + c]);
       }
 
+  std::vector<char> w_bytes(size_t(w_shift) + m.bytes());
+  std::memcpy(w_bytes.data() + w_shift, m.data, m.bytes());
+  std::vector<float> x_floats(size_t(x_shift), 0.0f);
+  x_floats.insert(x_floats.end(), x.begin(), x.end());
   DeviceArray<char> d_w;
-  d_w.upload(static_cast<const char*>(m.data), m.bytes());
+  d_w.upload(w_bytes);
   DeviceArray<float> d_x, d_y(want.size()), scratch(size_t(cols) * 7);  // a small scratch: several bf16 bands
-  d_x.upload(x);
+  d_x.upload(x_floats);
+  const void* w_at = d_w.get() + w_shift;
+  const float* x_at = d_x.get() + x_shift;
   const cuda::WeightType type = bf16 ? cuda::WeightType::BF16 : cuda::WeightType::F32;
   if (path == Linear::Gemv)
-    cuda::matvec(d_y.get(), d_w.get(), type, d_x.get(), rows, cols, T);
+    cuda::matvec(d_y.get(), w_at, type, x_at, rows, cols, T);
   else
-    cuda::matmul(d_y.get(), d_x.get(), d_w.get(), type, T, rows, cols, scratch.get(), scratch.size());
+    cuda::matmul(d_y.get(), x_at, w_at, type, T, rows, cols, scratch.get(), scratch.size());
   const std::vector<float> got = d_y.to_host(want.size());
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], bound[i]) << (bf16 ? "bf16 " : "f32 ") << T << "x" << rows << "x" << cols << " at " << i;
@@ -178,6 +186,19 @@ TEST(GpuKernels, MatvecSeveralVectors) {
     check_linear(Linear::Gemv, DType::F32, n, 33, 250);
     check_linear(Linear::Gemv, DType::BF16, n, 300, 1024);
     check_linear(Linear::Gemv, DType::BF16, n, 33, 252);
+  }
+}
+
+// Row lengths that allow 16-byte chunks, but W or x not on a 16-byte boundary: the
+// scalar path, with the same result. (A 16-byte load from such an address faults on a
+// GPU; on the CPU stand-in, UBSan's alignment check catches it.)
+TEST(GpuKernels, MatvecOffSixteenByteBoundaries) {
+  KVSCOPE_REQUIRE_GPU();
+  for (int n : {1, 3}) {
+    check_linear(Linear::Gemv, DType::F32, n, 300, 1024, /*w_shift=*/4, 0);
+    check_linear(Linear::Gemv, DType::F32, n, 300, 1024, 0, /*x_shift=*/1);
+    check_linear(Linear::Gemv, DType::BF16, n, 300, 1024, /*w_shift=*/2, 0);
+    check_linear(Linear::Gemv, DType::BF16, n, 300, 1024, 0, /*x_shift=*/2);
   }
 }
 
