@@ -236,9 +236,13 @@ std::vector<std::vector<int>> serve(const Model& m, const EngineConfig& c, const
     // The stats' last step: the sequences holding blocks are those still running,
     // and the blocks in use are theirs (tutorial 8 divides one by the other).
     size_t held = 0;
+    int holding = 0;
     for (int i = 0; i < s.num_requests(); ++i)
-      if (s.request(i).seq >= 0) held += e.cache().sequence(s.request(i).seq).blocks.size();
-    EXPECT_EQ(s.stats().holding.back(), s.num_running());
+      if (s.request(i).seq >= 0) {
+        held += e.cache().sequence(s.request(i).seq).blocks.size();
+        ++holding;
+      }
+    EXPECT_EQ(s.stats().holding.back(), holding);
     EXPECT_EQ(size_t(s.stats().blocks_in_use.back()), held);
     // First come, first served: every request holding blocks arrived before every one
     // waiting (a preempted request goes back to the front of the queue), and a
@@ -428,6 +432,38 @@ TEST(Scheduler, AdmissionAndPreemptionWorkedByHand) {
   EXPECT_EQ(b.output.size(), 9u);
 }
 
+// A preempted request waits for the blocks it held and those its refused step asked for
+// (Request::need), not just for what its context needs now: readmitted sooner, under
+// holes, it lost its place again at once. Checked at every readmission of a run with
+// many (admission happens only when no running request is prefilling, one at a time).
+TEST(Scheduler, APreemptedRequestWaitsForTheBlocksItHeldAndAskedFor) {
+  Model m = load_model(test::tiny_model("tiny-tied"));
+  Engine e(m, config(MemoryStrategy::HolesOnly, "random", 16, /*num_blocks=*/24));
+  Scheduler s(e, {4, 0});
+  for (int i = 0; i < 8; ++i) s.submit(tokens(16, i), 120);
+  int readmissions = 0;
+  for (bool more = true; more;) {
+    // What admission sees before the step: the free blocks less those the running take in it.
+    std::vector<int> seq_before;
+    int64_t running_take = 0;
+    for (int i = 0; i < s.num_requests(); ++i) {
+      seq_before.push_back(s.request(i).seq);
+      if (s.request(i).seq >= 0) running_take += e.cache().blocks_needed(s.request(i).seq, 1);
+    }
+    const int64_t free = e.cache().pool().num_free();
+    const bool anyone_running = s.num_running() > 0;
+    more = s.step();
+    for (int i = 0; i < s.num_requests(); ++i) {
+      const Request& r = s.request(i);
+      if (seq_before[i] >= 0 || r.seq < 0 || r.preemptions == 0 || !anyone_running) continue;
+      ++readmissions;
+      EXPECT_GE(free - running_take, r.need) << "request " << i << " readmitted at step " << s.stats().steps;
+    }
+  }
+  EXPECT_GT(readmissions, 5);
+  EXPECT_EQ(s.stats().generated_tokens, 8 * 120);
+}
+
 // Admission counts the blocks the running requests take in this same step: 3 blocks of
 // 4; A's prompt fills one, and its next token needs a second. B's 8 tokens need 2, and
 // only 1 is left beside A's: B waits. (Admitted on the 2 free blocks, B would be
@@ -525,8 +561,8 @@ TEST(ServeBench, BadInputIsAClearError) {
   const test::ProgramRun evicting = test::run_kvscope("serve-bench --blocks 9 --strategies holes,compact");
   EXPECT_EQ(evicting.output,  // ceil((64 + 32 - 1 + 64) / 16) = 10
             "kvscope: error: --blocks 9: under strategy holes one request needs 10 blocks of 16 at once (up to budget "
-            "+ slack - 1 tokens between rounds, plus a prefill chunk): give --blocks 10, or lower --budget, --slack or "
-            "--chunk\n");
+            "+ slack - 1 tokens between rounds, plus a prefill chunk: 159): give --blocks 10, or lower --budget, "
+            "--slack or --chunk\n");
   // A request longer than the model's positions is said first: no pool would help it.
   // (It was a pool refusal, "give --blocks 3141", and with those blocks this message.)
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 50000").output,
@@ -535,9 +571,15 @@ TEST(ServeBench, BadInputIsAClearError) {
   // A chunk near INT_MAX (a whole prompt at once): budget + slack - 1 + chunk overflowed an int
   // in the pool check, which then passed any --blocks. The whole context is what one request needs.
   EXPECT_EQ(test::run_kvscope("serve-bench --blocks 16 --chunk 2147483647 --strategies holes").output,
-            "kvscope: error: --blocks 16: under strategy holes one request needs 32 blocks of 16 at once (up to budget "
-            "+ slack - 1 tokens between rounds, plus a prefill chunk): give --blocks 32, or lower --budget, --slack or "
-            "--chunk\n");
+            "kvscope: error: --blocks 16: under strategy holes one request needs 32 blocks of 16 at once (its whole "
+            "context of 511 tokens, no more than budget + slack - 1 + a prefill chunk): give --blocks 32, or lower "
+            "--prompt-len or --output-len\n");
+  // So is a short request's, with the default chunk: 40 + 60 - 1 = 99 tokens, 7 blocks (it said "up to
+  // budget + slack - 1 tokens between rounds", which are 159 here).
+  EXPECT_EQ(test::run_kvscope("serve-bench --blocks 4 --prompt-len 40 --output-len 60 --strategies compact").output,
+            "kvscope: error: --blocks 4: under strategy compact one request needs 7 blocks of 16 at once (its whole "
+            "context of 99 tokens, no more than budget + slack - 1 + a prefill chunk): give --blocks 7, or lower "
+            "--prompt-len or --output-len\n");
   // Requests too short for a round: the evicting rows were the "none" row under other names.
   EXPECT_EQ(test::run_kvscope("serve-bench --prompt-len 16 --output-len 4").output,
             "kvscope: error: --budget 64 + --slack 32 = 96 live tokens start a round, and a request holds at most 18 "
@@ -712,9 +754,19 @@ TEST(ServeBench, ThePeakOfBlocksInUseIsTakenWithinAStep) {
   // What the runs were, to tell two files apart: the model, the seed, the threads, and
   // the sequences holding blocks after each step (tutorial 8's "blocks a sequence").
   EXPECT_EQ(j["model"], absolute_path(test::tiny_model("tiny-tied")));
+  EXPECT_EQ(j["layers"], 2) << "the model's layers, not --layers' 0 (all)";
   EXPECT_EQ(j["seed"], 1);
   EXPECT_GE(j["threads"].get<int>(), 1);
-  EXPECT_EQ(j["runs"][0]["holding"].size(), j["runs"][0]["running"].size());
+  // Each request finishes in one step: in that step's batch ("running"), not among those
+  // holding blocks after it.
+  const std::vector<int> running = j["runs"][0]["running"], holding = j["runs"][0]["holding"];
+  ASSERT_EQ(holding.size(), running.size());
+  int finished = 0;
+  for (size_t i = 0; i < running.size(); ++i) {
+    EXPECT_LE(holding[i], running[i]) << "step " << i;
+    finished += running[i] - holding[i];
+  }
+  EXPECT_EQ(finished, 3);
   std::remove(json.c_str());
 }
 

@@ -123,14 +123,20 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
                   "): nothing would be evicted under " + strategy +
                   "; lower --budget or --slack, or raise the lengths");
     const int need = blocks_a_request_needs(s, int(context), a.chunk, a.block_size);
-    if (need > a.blocks)
-      throw Error("--blocks " + std::to_string(a.blocks) + ": under strategy " + strategy + " one request needs " +
-                  std::to_string(need) + " blocks of " + std::to_string(a.block_size) + " at once (" +
-                  (evicts ? "up to budget + slack - 1 tokens between rounds, plus a prefill chunk): give --blocks " +
-                                std::to_string(need) + ", or lower --budget, --slack or --chunk"
-                          : "its whole context of " + std::to_string(context) +
-                                " tokens, with nothing evicted): give --blocks " + std::to_string(need) +
-                                ", or leave none out of --strategies"));
+    if (need <= a.blocks) continue;
+    // Which bound it is: what rounds leave room for, or (shorter) the whole context.
+    const int64_t between_rounds = int64_t(s.round_starts_at()) - 1 + a.chunk;
+    const std::string bound =
+        !evicts ? "its whole context of " + std::to_string(context) + " tokens, with nothing evicted): give --blocks " +
+                      std::to_string(need) + ", or leave none out of --strategies"
+        : between_rounds < context
+            ? "up to budget + slack - 1 tokens between rounds, plus a prefill chunk: " +
+                  std::to_string(between_rounds) + "): give --blocks " + std::to_string(need) +
+                  ", or lower --budget, --slack or --chunk"
+            : "its whole context of " + std::to_string(context) + " tokens, no more than budget + slack - 1 + a " +
+                  "prefill chunk): give --blocks " + std::to_string(need) + ", or lower --prompt-len or --output-len";
+    throw Error("--blocks " + std::to_string(a.blocks) + ": under strategy " + strategy + " one request needs " +
+                std::to_string(need) + " blocks of " + std::to_string(a.block_size) + " at once (" + bound);
   }
 }
 
@@ -171,7 +177,7 @@ bool same_work(const ServeRun& x, const ServeRun& y) {
          a.running == b.running && a.holding == b.holding && x.finished == y.finished;
 }
 
-nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
+nlohmann::json to_json(const ServeBenchArgs& a, int layers, const std::vector<ServeRun>& runs) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ServeRun& r : runs)
     rows.push_back({{"strategy", r.strategy}, {"backend", r.backend}, {"peak_running", r.stats.peak_running},
@@ -186,7 +192,7 @@ nlohmann::json to_json(const ServeBenchArgs& a, const std::vector<ServeRun>& run
   const bool evicts = std::any_of(a.strategies.begin(), a.strategies.end(), [](const std::string& s) { return s != "none"; });
   const bool random = !a.config.empty();
   return {{random ? "config" : "model", absolute_path(random ? a.config : a.model_dir)},
-          {"layers", a.layers},
+          {"layers", layers},  // the model's as run (--layers 0 means all of them)
           {"device", a.device},
           {"threads", omp_get_max_threads()},  // as the runs had them (--threads, else every core)
           {"seed", a.seed},
@@ -377,8 +383,8 @@ std::vector<ServeRun> serve_every_strategy(const ServeBenchArgs& a, const Model&
   return runs;
 }
 
-// The table, the line that says how it was measured, and --json.
-void print_results(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
+// The table, the line that says how it was measured, and --json (of a model of `layers` layers).
+void print_results(const ServeBenchArgs& a, int layers, const std::vector<ServeRun>& runs) {
   std::fputs(markdown_table(runs).c_str(), stdout);
   const std::string timed = a.repeat == 1 ? "one run of each strategy"
                                            : "the median of " + plural(a.repeat, "run") + " of each strategy, taken in turn";
@@ -389,7 +395,7 @@ void print_results(const ServeBenchArgs& a, const std::vector<ServeRun>& runs) {
   // Said from the engines that ran, not from --device: a fall-back to the CPU would show.
   if (!runs.empty() && runs[0].backend != "cpu") std::printf("the model ran on the %s backend\n", runs[0].backend.c_str());
   if (!a.json.empty()) {
-    write_file_atomically(a.json, [&](std::ostream& out) { out << to_json(a, runs).dump(1) << "\n"; });
+    write_file_atomically(a.json, [&](std::ostream& out) { out << to_json(a, layers, runs).dump(1) << "\n"; });
     std::printf("wrote %s\n", a.json.c_str());
   }
 }
@@ -439,7 +445,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
     write_trace(a.trace, trace_header(a, evicting, block_bytes, p.text_ids, requests), events);
   };
   const std::vector<ServeRun> runs = serve_every_strategy(a, model, evicting, serve, p.prompts, events, write_the_trace);
-  print_results(a, runs);
+  print_results(a, c.num_layers, runs);
   if (!a.trace.empty()) {
     write_the_trace(runs.back().requests);
     std::printf("trace: %zu events of the %s run written to %s\n", events.size(), a.strategies.back().c_str(),
