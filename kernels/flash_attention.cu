@@ -7,7 +7,7 @@
 //   Q  [kQueryTile][head_dim + 1]   the block's queries, loaded once
 //   K  [kKeyTile][head_dim + 1]     this tile of keys   (gathered through the block table)
 //   V  [kKeyTile][head_dim + 1]     this tile of values
-//   S  [kQueryTile][kKeyTile]       scores, then probabilities, of this tile
+//   S  [kQueryTile][kKeyTile]       scores, then exp(s - m_new), of this tile
 //   O  [kQueryTile][head_dim]       the running output
 //   m, l, correction [kQueryTile]  running max, running sum, this tile's correction factor
 //   query_pos [kQueryTile], key_pos [kKeyTile]   (int) the positions of the queries and this tile's keys
@@ -24,8 +24,9 @@
 //      else all threads load K, V (each slot's row is contiguous: coalesced);
 //   3. all threads compute S = Q K^T / sqrt(d), masked by position (holes, later tokens);
 //   4. one thread per query row folds S into its running softmax: new max, correction
-//      factor exp(m_old - m_new), probabilities p = exp(s - m_new), running sum;
-//   5. all threads update O = O * correction + P V, one (row, dim) entry at a time.
+//      factor exp(m_old - m_new), weights p = exp(s - m_new) (not yet divided by the
+//      sum, so not P), running sum;
+//   5. all threads update O = O * correction + p V, one (row, dim) entry at a time.
 // At the end O / l is the attention output. Only the tiles live in fast memory,
 // never a row of scores: memory stays O(tile), whatever the context.
 #include "common.cuh"
@@ -139,7 +140,7 @@ __global__ void flash_attention_kernel(float* out, const float* q, const int* q_
     }
     __syncthreads();
 
-    // 5. O = O * correction + P V.
+    // 5. O = O * correction + p V.
     for (int e = threadIdx.x; e < kQueryTile * hd; e += blockDim.x) {
       const int r = e / hd, d = e % hd;
       float acc = O[e] * correction[r];

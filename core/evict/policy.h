@@ -68,7 +68,8 @@ class EvictionPolicy {
   // live position the attention it received from that step's queries, summed over
   // layers and heads (the last `window()` queries of a prefill only).
   virtual bool needs_attention() const { return false; }
-  virtual int window() const { return 1 << 30; }
+  static constexpr int kEveryQuery = 1 << 30;  // window(): a prefill's every query (H2O)
+  virtual int window() const { return kEveryQuery; }
   virtual void observe(const std::vector<int64_t>& pos, const std::vector<float>& attention, int n_queries) {}
 
   // One score per live token, higher = more worth keeping.         [ctx.pos.size()]

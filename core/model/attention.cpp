@@ -63,7 +63,7 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
       RowMatrix Q(rows, hd);                               // [rows, hd]  the queries
       RowMatrix O = RowMatrix::Zero(rows, hd);             // [rows, hd]  running output, unnormalised
       RowMatrix K(kTile, hd), V(kTile, hd);                // [kTile, hd] the tile's keys and values
-      RowMatrix S(rows, kTile);                            // [rows, kTile] scores, then probabilities
+      RowMatrix S(rows, kTile);                            // [rows, kTile] scores, then exp(S - m_new)
       Eigen::VectorXf m = Eigen::VectorXf::Constant(rows, -INFINITY);  // [rows]  running max
       Eigen::VectorXf l = Eigen::VectorXf::Zero(rows);                 // [rows]  running sum of exp(s - m)
       for (int r = 0; r < rows; ++r) std::copy_n(q + row_of(r), hd, Q.row(r).data());
@@ -97,7 +97,8 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
             if (keys.pos[j0 + j] > p) St(r, j) = -INFINITY;
         }
 
-        // 2. Per row: the new max, P = exp(S - m_new), and the old sums rescaled to it.
+        // 2. Per row: the new max, exp(S - m_new) in place of S (unnormalised: not P, whose
+        //    divisor is known only after the last tile), and the old sums rescaled to m_new.
         for (int r = 0; r < rows; ++r) {
           const float m_new = std::max(m[r], St.row(r).maxCoeff());
           if (m_new == -INFINITY) {  // the row has seen no key yet: nothing to add
@@ -112,7 +113,7 @@ void attention_flash(float* out, const float* q, const int64_t* q_pos, int T, co
           m[r] = m_new;
         }
 
-        // 3. O += P V.  [rows, hd]
+        // 3. O += exp(S - m_new) V.  [rows, hd]
         O.noalias() += St * Vt;
       }
       for (int r = 0; r < rows; ++r) Eigen::Map<Eigen::RowVectorXf>(out + row_of(r), hd) = O.row(r) / l[r];

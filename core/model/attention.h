@@ -6,7 +6,7 @@
 // so it stays right when hole reuse puts new tokens in old slots).
 //
 //   flash  FlashAttention's loop: a tile of queries (with the query heads of one KV
-//          head, GQA) against one tile of keys at a time, S = Q K^T and O += P V as
+//          head, GQA) against one tile of keys at a time, S = Q K^T and O += exp(S - m) V as
 //          two small matrix products, and per row a running max m and sum l (the
 //          online softmax); never holds a row of scores, and reads each K and V row
 //          once for the whole tile of queries. (GPU: kernels/flash_attention.cu.)

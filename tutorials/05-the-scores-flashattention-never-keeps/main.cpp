@@ -86,7 +86,7 @@ static void who_needs_them() {
     const std::unique_ptr<EvictionPolicy> policy = make_policy(name, /*seed=*/1);
     if (!policy->needs_attention())
       std::printf("  %-9s  no\n", name.c_str());
-    else if (policy->window() < kCached)
+    else if (policy->window() != EvictionPolicy::kEveryQuery)
       std::printf("  %-9s  yes: the rows of the newest steps, at least %d queries\n", name.c_str(), policy->window());
     else
       std::printf("  %-9s  yes: the rows of every query since the token arrived\n", name.c_str());
