@@ -17,9 +17,16 @@
 #include "model/config.h"
 #include "sim/synthetic.h"
 #include "tutorial.h"
+#include "util/format.h"
 
 using namespace kvscope;
 using namespace kvscope::tutorial;
+
+// Parts 2 and 3: the blog post's cache, 16,000 tokens in blocks of 16.
+constexpr int64_t kTokens = 16000;
+constexpr int kBlockSize = 16;
+// Part 3's streaming schedule: prune to the budget whenever budget + slack are live.
+const EvictionSchedule kSchedule{/*budget=*/1024, /*slack=*/128, /*sinks=*/4, /*recent=*/32};
 
 void print_table(const char* label, const PagedKvCache& cache, int seq) {
   const Sequence& s = cache.sequence(seq);
@@ -47,8 +54,12 @@ void part1_small_plan() {
     for (int l = 0; l < c.num_layers; ++l)  // every number of token i's K and V is i
       std::fill_n(kv.key(l, at), c.kv_dim(), float(i)), std::fill_n(kv.value(l, at), c.kv_dim(), float(i));
   }
-  cache.evict(seq, {1, 2, 4, 5, 6, 9, 11, 12, 14});
-  std::printf("16 tokens in blocks of %d, 9 evicted: every block keeps a survivor, so none is freed.\n", block_size);
+  const std::vector<int64_t> evicted = {1, 2, 4, 5, 6, 9, 11, 12, 14};
+  cache.evict(seq, evicted);
+  const int held = int(cache.sequence(seq).blocks.size());  // a block whose every token went is freed at once
+  std::printf("16 tokens in blocks of %d, %zu evicted: %s.\n", block_size, evicted.size(),
+              held == cache.num_blocks() ? "every block keeps a survivor, so none is freed"
+                                         : format("%d blocks freed", cache.num_blocks() - held).c_str());
   print_table("before", cache, seq);
 
   const std::vector<Move> plan = cache.plan_compaction(seq);
@@ -60,25 +71,33 @@ void part1_small_plan() {
   cache.commit_compaction(seq, plan);    // record the new places, free the blocks past the survivors
   print_table("after", cache, seq);
 
+  // Every number of a survivor's K and V rows, in every layer, is still its token index.
   bool intact = true;
   const LiveSlots live = live_slots(cache, seq);
+  const auto is = [&](const float* row, int64_t pos) {
+    return std::all_of(row, row + c.kv_dim(), [&](float x) { return x == float(pos); });
+  };
   for (size_t j = 0; j < live.slots.size(); ++j)
     for (int l = 0; l < c.num_layers; ++l)
-      intact = intact && kv.key(l, live.slots[j])[0] == float(live.pos[j]) && kv.value(l, live.slots[j])[0] == float(live.pos[j]);
+      intact = intact && is(kv.key(l, live.slots[j]), live.pos[j]) && is(kv.value(l, live.slots[j]), live.pos[j]);
   const int64_t per_token = 2LL * c.num_layers * c.kv_dim() * 4;  // K and V, all layers, f32
   std::printf("%zu moves x %lld bytes per token (2 x %d layers x %d K/V dims x 4 bytes) = %s bytes moved; %d blocks freed;\n",
               plan.size(), static_cast<long long>(per_token), c.num_layers, c.kv_dim(), commas(int64_t(moved)).c_str(),
-              4 - int(cache.sequence(seq).blocks.size()));
+              held - int(cache.sequence(seq).blocks.size()));
   std::printf("every survivor's K and V found at its new slot: %s\n", intact ? "yes" : "NO (!)");
 }
 
 void part2_bytes() {
   SimulationConfig s;
-  s.tokens = 16000;
-  s.block_size = 16;
+  s.tokens = kTokens;
+  s.block_size = kBlockSize;
   s.evict_fraction = 0.875;
   s.seed = 1;
-  std::printf("\nA Qwen3-0.6B-shaped cache (2 x 28 layers x 8 KV heads x 128 dims): %s tokens in blocks of %d,\n",
+  // simulate() counts bytes with kQwen3_0_6B_F32_BytesPerToken; the config says where it comes from.
+  const ModelConfig q = load_config_file(repo_path("assets/configs/qwen3-0.6b-config.json"));
+  const bool same = 2LL * q.num_layers * q.kv_dim() * 4 == kQwen3_0_6B_F32_BytesPerToken;
+  std::printf("\nA Qwen3-0.6B-shaped cache (2 x %d layers x %d KV heads x %d dims%s): %s tokens in blocks of %d,\n",
+              q.num_layers, q.num_kv_heads, q.head_dim, same ? "" : ", NOT simulate()'s bytes per token (!)",
               commas(s.tokens).c_str(), s.block_size);
   std::printf("%s evicted at random in one round (seed %llu):\n", percent(s.evict_fraction).c_str(),
               static_cast<unsigned long long>(s.seed));
@@ -104,9 +123,9 @@ struct Outcome {
 // The engine's loop without the model (as simulate() runs it), with one knob:
 // after a round's evictions, `compact_now(round, blocks held, blocks needed)`.
 Outcome run(const std::string& policy_name, const std::function<bool(int, int, int)>& compact_now) {
-  const int64_t tokens = 16000;
-  const int block_size = 16;
-  const EvictionSchedule schedule{/*budget=*/1024, /*slack=*/128, /*sinks=*/4, /*recent=*/32};
+  const int64_t tokens = kTokens;
+  const int block_size = kBlockSize;
+  const EvictionSchedule& schedule = kSchedule;
   PagedKvCache cache(int(tokens / block_size), block_size, MemoryStrategy::Compact);
   const int seq = cache.add_sequence();
   const std::unique_ptr<EvictionPolicy> policy = make_policy(policy_name, /*seed=*/1);
@@ -136,9 +155,10 @@ Outcome run(const std::string& policy_name, const std::function<bool(int, int, i
 }
 
 void part3_when() {
-  std::printf("\nWhen to compact. Streaming: 16,000 tokens in blocks of 16, prune to 1024 whenever 1152 are live\n");
-  std::printf("(4 sinks, 32 newest kept); bytes for Qwen3-0.6B in f32, %s bytes per token.\n",
-              commas(kQwen3_0_6B_F32_BytesPerToken).c_str());
+  std::printf("\nWhen to compact. Streaming: %s tokens in blocks of %d, prune to %d whenever %d are live\n",
+              commas(kTokens).c_str(), kBlockSize, kSchedule.budget, kSchedule.round_starts_at());
+  std::printf("(%d sinks, %d newest kept); bytes for Qwen3-0.6B in f32, %s bytes per token.\n", kSchedule.sinks,
+              kSchedule.recent, commas(kQwen3_0_6B_F32_BytesPerToken).c_str());
   struct Rule {
     std::string name;
     std::function<bool(int, int, int)> now;  // (round, blocks held, blocks needed)
@@ -154,11 +174,12 @@ void part3_when() {
   for (const std::string policy : {"random", "streaming"}) {
     // "every round" is what the engine and simulate() do with --strategy compact.
     SimulationConfig s;
-    s.tokens = 16000;
+    s.tokens = kTokens;
+    s.block_size = kBlockSize;
     s.policy = policy;
     s.strategy = MemoryStrategy::Compact;
     s.streaming = true;
-    s.schedule = {1024, 128, 4, 32};
+    s.schedule = kSchedule;
     const SimulationResult reference = simulate(s);
     const Outcome every = run(policy, [](int, int, int) { return true; });
     std::printf("  policy %s (every round = simulate()'s compact strategy, %s moves: %s):\n", policy.c_str(),
