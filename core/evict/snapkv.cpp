@@ -20,13 +20,15 @@ void SnapKVPolicy::observe(const std::vector<int64_t>& pos, const std::vector<fl
 }
 
 std::vector<float> SnapKVPolicy::scores(const ScoreContext& ctx) {
-  // The window: the positions whose queries voted, the newest `covered` ones.
+  // The window: the newest kWindow positions (fewer, while fewer queries have come).
+  // The voters, the steps kept, hold at least those kWindow queries, and up to 63
+  // when a prefill's last 32 are among them.
   int covered = 0;
   for (const Step& s : steps_) covered += s.n_queries;
-  const int64_t window_start = ctx.now - covered;
+  const int64_t window_start = ctx.now - std::min(covered, kWindow);
 
-  // votes(j): the attention the window's queries gave key j, for the keys before
-  // the window only (SnapKV's attn[..., -w:, :-w].sum(-2)).                 [n]
+  // votes(j): the attention the voters gave key j, for the keys before the window
+  // only (SnapKV's attn[..., -w:, :-w].sum(-2)).                            [n]
   const int n = int(ctx.pos.size());
   std::vector<float> votes(size_t(n), 0.0f);
   for (const Step& s : steps_)

@@ -6,8 +6,11 @@
 // eviction round counts the votes of the newest forward steps that together hold
 // at least 32 queries. A step's votes arrive summed, so a step is kept or dropped
 // whole: the prefill's last 32 vote together with every decode step since, until
-// 32 decode steps have come (a window of up to 63 queries), then the last 32
-// decode steps. Needs the eager attention path.
+// 32 decode steps have come (up to 63 voters), then the last 32 decode steps. The
+// window kept whole is always the newest 32 positions, so a budget's room beyond
+// the sinks and the window is the votes' to fill (with 63 voters, the oldest 31
+// window positions would have been kept too: a budget of sinks + 63 or less then
+// ran as StreamingLLM). Needs the eager attention path.
 #pragma once
 
 #include <deque>

@@ -39,7 +39,8 @@ inline double tri_offset(int i) { return double(int64_t(1) << i); }
 // so that the scorer's angles are the ones the cached keys were rotated by.
 double tri_omega(int band, int head_dim, double theta);
 
-// One round's scorer, at round position t (the position of the next token).
+// One round's scorer, at round position t: the position of the next token, the tokens
+// seen so far (as the authors' code has it), so the nearest future query is at t + 1.
 // For a post-RoPE key k~ of one KV head, as seen by query head h of layer l:
 //   trig(l, h, k~) = mean over delta of S_trig(t - p + delta)   (no need to know p)
 //   norm(l, h, k~) = S_norm = sum_f (m_f - |qbar_f|) |k_f|
