@@ -361,6 +361,19 @@ TEST_F(TinyTokenizer, NormalizesToTheFormTheFileNames) {
   // A Sequence applies its steps in order: decomposed, then composed again.
   EXPECT_EQ(encode_with({{"type", "Sequence"}, {"normalizers", {nfd, nfc}}}, e_combining), ids(e_acute));
 
+  // An added token marked "normalized" is matched in the normalised text, as in Hugging
+  // Face's tokenizers: NFKC turns the ligature into "fi", and "<fi>" then matches; one
+  // not marked so is matched in the text as given (it was, whatever the mark said).
+  for (const bool normalized : {true, false}) {
+    json doc = tiny_tokenizer(false);
+    doc["normalizer"] = {{"type", "NFKC"}};
+    doc["added_tokens"].push_back({{"id", 302}, {"content", "<fi>"}, {"special", false}, {"normalized", normalized}});
+    const Tokenizer tok = load(doc, "normalized.json");
+    const std::vector<int> as_token = {'a', 302, 'b'};
+    EXPECT_EQ(tok.encode("a<" + fi_ligature + ">b"), normalized ? as_token : ids("a<fi>b")) << normalized;
+    EXPECT_EQ(tok.encode("a<fi>b"), as_token) << "written as it is, either way; normalized " << normalized;
+  }
+
   json lowercase = tiny_tokenizer(false);
   lowercase["normalizer"] = {{"type", "Sequence"}, {"normalizers", {nfc, {{"type", "Lowercase"}}}}};
   const std::string message = load_error(lowercase.dump(), "lowercase.json");
@@ -384,7 +397,9 @@ TEST_F(TinyTokenizer, PreTokenizersItCannotRunAreRefused) {
       {[](json& s) { s[0]["invert"] = true; }, "only behavior \"Isolated\" without invert is supported"},
       {[](json& s) { s[1]["add_prefix_space"] = true; }, "ByteLevel: add_prefix_space is not supported"},
       {[](json& s) { s[1]["use_regex"] = true; }, "more than one split regex is not supported"},
-      {[](json& s) { s.push_back(s[0]); }, "more than one split regex is not supported"},
+      {[](json& s) { s.insert(s.begin(), s[0]); }, "more than one split regex is not supported"},
+      // ByteLevel first would hand the regex its alphabet, where a space is the letter "Ġ".
+      {[](json& s) { std::swap(s[0], s[1]); }, "a Split after ByteLevel is not supported"},
       {[](json& s) { s[0] = {{"type", "Whitespace"}}; },
        "pre_tokenizer \"Whitespace\" is not supported (Split and ByteLevel are)"},
       {[](json& s) { s.erase(1); }, "pre_tokenizer has no ByteLevel step; only byte-level BPE is supported"},

@@ -1,14 +1,16 @@
 // ChatML, the conversation format Qwen models are trained on:
 //
 //   <|im_start|>system
-//   You are a helpful assistant.<|im_end|>
+//   (a system message, when one is given: Qwen3 adds none of its own)<|im_end|>
 //   <|im_start|>user
 //   Hello!<|im_end|>
 //   <|im_start|>assistant
 //
 // The model answers after "<|im_start|>assistant\n" and ends with <|im_end|>.
-// Qwen3's full template also handles <think> blocks and tools; kvscope does not
-// need them, so this is the plain form (with thinking left to the model).
+// For a system and a user message (all generate --chat sends) this is what Qwen3's
+// template writes, thinking left to the model. Its full template does more that this
+// does not: it drops the <think> block of earlier assistant turns, opens a closing
+// assistant turn with an empty one, and wraps tool results in a user turn.
 #pragma once
 
 #include <string>

@@ -312,6 +312,8 @@ std::string read_split_pattern(const json& doc, const std::string& path) {
   for (const json& step : steps) {
     std::string type = step.value("type", "");
     if (type == "Split") {
+      // After ByteLevel the regex would run on its alphabet (a space is "Ġ", a letter).
+      if (byte_level) throw file_error(path, "pre_tokenizer: a Split after ByteLevel is not supported (Qwen's comes before)");
       const json& p = require(step, "pattern", "pre_tokenizer Split.pattern", path);
       if (!p.contains("Regex")) throw file_error(path, "pre_tokenizer Split: only a \"Regex\" pattern is supported");
       if (step.value("behavior", "") != "Isolated" || step.value("invert", false))
@@ -438,11 +440,12 @@ struct AddedToken {
   int id;
   std::string content;  // the text it stands for, e.g. "<|im_end|>"
   bool special;         // a control token rather than text
+  bool normalized;      // matched in the normalised text, not the raw text
 };
 
-// "added_tokens": [{"id", "content", "special"}, ...]; missing or null = none.
-// Their lstrip/rstrip/single_word flags are all false in Qwen; one that is true
-// would change what matches, and is refused.
+// "added_tokens": [{"id", "content", "special", "normalized"}, ...]; missing or null =
+// none ("normalized" missing: false). Their lstrip/rstrip/single_word flags are all
+// false in Qwen; one that is true would change what matches, and is refused.
 std::vector<AddedToken> read_added_tokens(const json& doc, const std::string& path) {
   std::vector<AddedToken> added;
   if (!doc.contains("added_tokens") || doc["added_tokens"].is_null()) return added;
@@ -456,7 +459,7 @@ std::vector<AddedToken> read_added_tokens(const json& doc, const std::string& pa
       if (a.contains(flag) && a[flag] != false)
         throw file_error(path, "added_tokens: " + json_quote(content.get<std::string>()) + " has " + flag + " = " +
                                    a[flag].dump() + ", which kvscope does not implement");
-    added.push_back({id.get<int>(), content.get<std::string>(), a.value("special", false)});
+    added.push_back({id.get<int>(), content.get<std::string>(), a.value("special", false), a.value("normalized", false)});
   }
   return added;
 }
@@ -593,7 +596,8 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
         throw file_error(path, "added_tokens: " + json_quote(a.content) + " has two ids, " +
                                    std::to_string(it->second) + " and " + std::to_string(a.id) +
                                    " (encode would write one, token_id name the other)");
-      std::vector<int>& same_start = t.added_by_first_byte_[static_cast<unsigned char>(a.content[0])];
+      AddedTable& table = a.normalized ? t.normalized_added_by_first_byte_ : t.added_by_first_byte_;
+      std::vector<int>& same_start = table[static_cast<unsigned char>(a.content[0])];
       if (std::find(same_start.begin(), same_start.end(), a.id) == same_start.end()) same_start.push_back(a.id);
       t.id_bytes_[a.id] = a.content;
       t.id_present_[a.id] = 1;
@@ -601,9 +605,9 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
       t.bytes_to_id_[a.content] = a.id;
     }
     // Longest first, so that matching takes the longest added token at a position.
-    for (auto& ids : t.added_by_first_byte_) {
-      std::sort(ids.begin(), ids.end(), [&](int x, int y) { return t.id_bytes_[x].size() > t.id_bytes_[y].size(); });
-    }
+    for (AddedTable* table : {&t.added_by_first_byte_, &t.normalized_added_by_first_byte_})
+      for (auto& ids : *table)
+        std::sort(ids.begin(), ids.end(), [&](int x, int y) { return t.id_bytes_[x].size() > t.id_bytes_[y].size(); });
 
     t.byte_id_ = single_byte_ids(vocab);
     read_normalizer(doc.contains("normalizer") ? doc["normalizer"] : json(), t.normal_forms_, path);
@@ -651,7 +655,7 @@ std::vector<int> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
   size_t start = 0;  // text[start, pos) has no added token and is not encoded yet
   for (size_t pos = 0; pos < text.size();) {
-    int id = match_added(text, pos);
+    int id = match_added(added_by_first_byte_, text, pos);
     if (id < 0) {
       ++pos;
       continue;
@@ -670,8 +674,8 @@ std::vector<int> Tokenizer::with_special_tokens(std::vector<int> ids) const {
   return ids;
 }
 
-int Tokenizer::match_added(std::string_view text, size_t pos) const {
-  for (int id : added_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
+int Tokenizer::match_added(const AddedTable& table, std::string_view text, size_t pos) const {
+  for (int id : table[static_cast<unsigned char>(text[pos])]) {
     if (text.substr(pos).starts_with(id_bytes_[id])) return id;
   }
   return -1;
@@ -682,6 +686,24 @@ void Tokenizer::encode_ordinary(std::string_view text, std::vector<int>& out) co
   // Normalise (NFC for Qwen): "e" + U+0301 becomes "é" before it is split.
   std::string normalized(text);
   for (int options : normal_forms_) normalized = normalize(normalized, options);
+  // The added tokens matched after normalisation, as encode() matches the others.
+  const std::string_view n = normalized;
+  size_t start = 0;
+  for (size_t pos = 0; pos < n.size();) {
+    const int id = match_added(normalized_added_by_first_byte_, n, pos);
+    if (id < 0) {
+      ++pos;
+      continue;
+    }
+    encode_words(n.substr(start, pos - start), out);
+    out.push_back(id);
+    pos = start = pos + id_bytes_[id].size();
+  }
+  encode_words(n.substr(start), out);
+}
+
+void Tokenizer::encode_words(std::string_view normalized, std::vector<int>& out) const {
+  if (normalized.empty()) return;
   // Split into words; each is encoded on its own.
   if (!split_) return encode_word(normalized, out);
   for (std::string_view word : split_->split(normalized)) encode_word(word, out);

@@ -78,13 +78,17 @@ class Tokenizer {
   struct Regex;  // a compiled PCRE2 pattern (kept out of this header)
   struct Cache;  // word -> ids, behind a mutex
 
-  // Ids of `text` that holds no added token: normalise, split, BPE each word.
+  // Ids of `text` that holds no raw-matched added token: normalise, then, around the
+  // added tokens matched in the normalised text, split and BPE each word.
   void encode_ordinary(std::string_view text, std::vector<int>& out) const;
+  // Split and BPE each word of normalised text.
+  void encode_words(std::string_view normalized, std::vector<int>& out) const;
   // BPE of one pre-tokenized word (raw UTF-8 bytes), through the cache.
   void encode_word(std::string_view word, std::vector<int>& out) const;
   std::vector<int> bpe(std::string_view word) const;
-  // The longest added token that starts at text[pos]; -1 if none.
-  int match_added(std::string_view text, size_t pos) const;
+  // The longest added token of `table` that starts at text[pos]; -1 if none.
+  using AddedTable = std::array<std::vector<int>, 256>;
+  int match_added(const AddedTable& table, std::string_view text, size_t pos) const;
 
   std::string path_;
   std::vector<int> normal_forms_;                   // utf8proc options of each normaliser, in order
@@ -101,8 +105,10 @@ class Tokenizer {
     int id;
   };
   std::unordered_map<uint64_t, Merge> merges_;
-  // Added tokens, grouped by first byte, longest first, for leftmost-longest matching.
-  std::array<std::vector<int>, 256> added_by_first_byte_;
+  // Added tokens, grouped by first byte, longest first, for leftmost-longest matching:
+  // those matched in the raw text ("normalized": false, all of Qwen's), and those matched
+  // in the normalised text ("normalized": true), as in Hugging Face's tokenizers.
+  AddedTable added_by_first_byte_, normalized_added_by_first_byte_;
   std::unique_ptr<Cache> cache_;
 };
 
