@@ -1077,6 +1077,14 @@ TEST_F(ReplayErrors, EvictingTheWrongToken) {
                       "already empty");
 }
 
+// An empty slot holds -1: an eviction or a move that names position -1 matched it, and
+// the replay counted a token gone that was never there (then gave the block to another
+// sequence with a token still in it). The cache refuses -1; the checker must too.
+TEST_F(ReplayErrors, AnEmptySlotHasNoPositionToEvictOrMove) {
+  expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), evict(0, 0, 1, -1)}, "the slot is already empty");
+  expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), move(0, 0, 2, 0, 1, -1)}, "the source slot is empty");
+}
+
 TEST_F(ReplayErrors, MovingFromAnEmptySlotOrOntoAToken) {
   expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), move(0, 0, 1, 0, 2, 7)}, "the source slot is empty");
   expect_replay_error({alloc(0, 0), write(0, 0, 0, 0), write(0, 0, 1, 1), move(0, 0, 0, 0, 1, 1)},

@@ -101,6 +101,26 @@ TEST(VizTimeline, StepForwardThenBackRestoresTheOccupancy) {
   }
 }
 
+// A trace whose policy eviction names a position far past anything written (a flipped
+// bit) is refused by the replay, naming the event: it once sized a table by that
+// position first (2 GB for 2^28, std::bad_alloc further up).
+TEST(VizTimeline, AnEvictionOfAPositionNeverWrittenIsAnErrorNotAnAllocation) {
+  const Recording rec = record(small_streaming(), {});
+  auto run = std::make_shared<viz::Run>(*rec.runs[0]);
+  bool in_round = false, changed = false;
+  for (Event& e : run->events) {
+    if (e.kind == EventKind::RoundBegin) in_round = true;
+    if (in_round && e.kind == EventKind::SlotEvicted && !changed) e.pos = int64_t(1) << 40, changed = true;
+  }
+  ASSERT_TRUE(changed);
+  try {
+    Timeline t(run);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slot_evicted"), std::string::npos) << e.what();
+  }
+}
+
 TEST(VizTimeline, SeekingBackwardsMatchesAReplayFromTheStart) {
   const Recording rec = record(small_one_shot(), {});
   Timeline t(rec.runs[1]);

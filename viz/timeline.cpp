@@ -42,20 +42,21 @@ Timeline::Timeline(std::shared_ptr<const Run> run)
   // One replay of the whole run: checks every event (Occupancy throws with the
   // event's description) and leaves snapshots along the way.
   for (size_t i = 0; i < size(); ++i) {
-    note_policy_eviction(i);
     try {
       apply(event(i));
     } catch (const Error& e) {
       throw Error("run \"" + run_->label + "\": event " + std::to_string(i) + " (" + describe(event(i)) +
                   "): " + e.what());
     }
+    note_policy_eviction(i);  // once checked: a trace's position could be anything (2^62 was a 2^62-entry table)
     if (cursor_ % interval == 0) snapshots_.push_back({cursor_, occ_, counters_, used_, in_round_, moved_in_round_});
   }
   final_lengths_ = counters_.next_pos;
   seek(0);
 }
 
-// Before event i is applied: a SlotEvicted inside its sequence's round is the policy's.
+// Event i, applied: a SlotEvicted inside its sequence's round is the policy's (an
+// eviction leaves in_round as it was).
 void Timeline::note_policy_eviction(size_t i) {
   const Event& e = event(i);
   const size_t seq = size_t(e.seq);

@@ -13,7 +13,8 @@
 //   fullness   a block in a table holds at least one live token: a block whose
 //              slots are all empty goes back to the pool at once
 //   tail       tail_used in [1, block_size] when the table is not empty; the
-//              slots past it are empty (never written)
+//              slots past it are empty: never written, or emptied by compaction's
+//              moves (the next appends go there)
 //   counts     the live slots of a sequence == its `live`
 //   positions  unique within a sequence, each in [0, next_pos); under HolesOnly
 //              and Compact strictly increasing along the table (token order);

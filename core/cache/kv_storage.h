@@ -1,7 +1,7 @@
 // KvStorage: the K and V numbers of the paged cache, on the CPU.
 //
-// Laid out by block: for each layer, block and slot, one row of kv_dim floats
-// (kv_dim = kv_heads * head_dim). Keys are stored after RoPE, at the position
+// Laid out layer by layer, then by block and slot: [layer, block, slot, kv_dim] floats,
+// one row of kv_dim (kv_heads * head_dim) per slot. Keys are stored after RoPE, at the position
 // the slot records; moving a slot never re-rotates its key.
 #pragma once
 

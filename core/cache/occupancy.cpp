@@ -92,8 +92,9 @@ void Occupancy::write(const Event& e) {
 void Occupancy::evict(const Event& e) {
   check_owned(e, e.block);
   int64_t& at = slot_pos_[index(e.block, e.slot)];
-  if (at != e.pos)
-    throw Error(at == kEmpty ? "the slot is already empty" : "the slot holds position " + std::to_string(at));
+  // An empty slot holds kEmpty (-1): "evict -1" from one must not pass as a match.
+  if (at == kEmpty) throw Error("the slot is already empty");
+  if (at != e.pos) throw Error("the slot holds position " + std::to_string(at));
   at = kEmpty;
   --seqs_[e.seq].live;
   --block_live_[e.block];
@@ -105,8 +106,8 @@ void Occupancy::move(const Event& e) {
   int64_t& from = slot_pos_[index(e.from_block, e.from_slot)];
   int64_t& to = slot_pos_[index(e.block, e.slot)];
   if (&from == &to) throw Error("a move onto its own slot");
-  if (from != e.pos)
-    throw Error(from == kEmpty ? "the source slot is empty" : "the source slot holds position " + std::to_string(from));
+  if (from == kEmpty) throw Error("the source slot is empty");  // whatever position the event names, -1 too
+  if (from != e.pos) throw Error("the source slot holds position " + std::to_string(from));
   if (to != kEmpty) throw Error("the destination still holds position " + std::to_string(to));
   to = from;
   from = kEmpty;

@@ -41,7 +41,7 @@ namespace kvscope {
 constexpr int kTraceRecordBytes = 26;
 
 // The largest pool a trace may describe: num_blocks x block_size slots, 64M tokens,
-// what a replay holds in 512 MB.
+// what a replay holds in 512 MB (the app, with its snapshot and slot tables, about 1.3 GB).
 constexpr int64_t kMaxTraceSlots = int64_t(1) << 26;
 
 // block_size in [1, kMaxBlockSize] and num_blocks in [1, kMaxTraceSlots / block_size]:
