@@ -196,23 +196,25 @@ run 240 "$BUILD/kvscope_tests" --gtest_filter='Gpu*:DeviceOption*'
 # A test program that crashed (a signal) printed no FAILED line for the test it was in:
 # that one, the last started and never finished, is rerun too, and the report says
 # that the tests after it did not run.
+# (A parameterised test's line reads "[  FAILED  ] Suite/T.Name/2, where GetParam() = 2".)
 failed=$(tail -n +"$((before + 1))" "$REPORT" | awk '
   /^\[ RUN      \] / {running = $NF}
-  /^\[       OK \] / {running = ""}
-  /^\[  FAILED  \] [A-Za-z0-9_\/]+\.[A-Za-z0-9_\/]+/ {running = ""; if (!seen[$4]++) print $4}
-  END {if (running != "") print "CRASHED " running}' | head -9)
+  /^\[       OK \] / || /^\[  SKIPPED \] / {running = ""}
+  /^\[  FAILED  \] [A-Za-z0-9_\/]+\.[A-Za-z0-9_\/]+/ {running = ""; name = $4; sub(/,$/, "", name); if (!seen[name]++) print name}
+  END {if (running != "") print "CRASHED " running}')
 crashed=$(echo "$failed" | awk '$1 == "CRASHED" {print $2}')
 failed=$(echo "$failed" | awk '$1 != "CRASHED" && NF' | head -8)
 [ -n "$crashed" ] && section "The GPU tests stopped in $crashed" "The test program died in $crashed (the exit code above says how); the tests after it did not run."
 if [ -n "$failed$crashed" ]; then
-  section "Failed GPU tests, one process each" "Each failed test alone (the first 8, for 90 s in all), with CUDA_LAUNCH_BLOCKING=1: a test that passes here failed above only because an earlier test left the CUDA context broken."
+  section "Failed GPU tests, one process each" "Each failed test alone (the first 8, and the one the program died in, for about 90 s in all), with CUDA_LAUNCH_BLOCKING=1: a test that passes here failed above only because an earlier test left the CUDA context broken."
   reruns_until=$((SECONDS + 90))
-  for t in $failed $crashed; do
-    if [ "$SECONDS" -ge "$reruns_until" ]; then
+  for t in $crashed $failed; do
+    rerun_left=$((reruns_until - SECONDS))
+    if [ "$rerun_left" -lt 5 ]; then
       echo "(no rerun of $t: the reruns' 90 s are spent)" | tee -a "$REPORT"
       continue
     fi
-    run 30 env CUDA_LAUNCH_BLOCKING=1 "$BUILD/kvscope_tests" --gtest_filter="$t"
+    run $((rerun_left < 30 ? rerun_left : 30)) env CUDA_LAUNCH_BLOCKING=1 "$BUILD/kvscope_tests" --gtest_filter="$t"
   done
 fi
 

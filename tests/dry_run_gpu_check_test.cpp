@@ -107,7 +107,7 @@ TEST(DryRunOfGpuCheck, ProgramsBuiltFromAnotherCommitThanTheTreeAreSaidSo) {
   // report's results are those programs', and the Build section says which commit that is.
   const DryRun r = dry_run(540, 0, "", /*copied=*/false, "0000000");
   ASSERT_EQ(r.run.code, 0) << r.run.output;
-  EXPECT_NE(line_with(r.report, "from commit 0000000,", "WARNING: the programs were built from 0000000, this tree is at"),
+  EXPECT_NE(line_with(r.report, "from commit 0000000,", "WARNING: the programs were built from 0000000, this tree"),
             "")
       << r.report;
 }
@@ -118,10 +118,12 @@ TEST(DryRunOfGpuCheck, FailedGpuTestsAreRerunAloneWithSynchronousLaunches) {
   const DryRun r = dry_run(540, 0,
                            "case \"$*\" in *'Gpu*'*)\n"
                            "  echo '[  FAILED  ] GpuKernels.RmsNormMatchesTheCpu (3 ms)'\n"
-                           "  echo '[  FAILED  ] GpuModel/Logits.MatchTheCpu/2 (5 ms)'\n"
+                           "  echo '[  FAILED  ] GpuModel/Logits.MatchTheCpu/2, where GetParam() = 2 (5 ms)'\n"
+                           "  echo '[ RUN      ] GpuServe.SkippedLast'\n"
+                           "  echo '[  SKIPPED ] GpuServe.SkippedLast (0 ms)'\n"
                            "  echo '[  FAILED  ] 2 tests, listed below:'\n"
                            "  echo '[  FAILED  ] GpuKernels.RmsNormMatchesTheCpu'\n"
-                           "  echo '[  FAILED  ] GpuModel/Logits.MatchTheCpu/2'\n"
+                           "  echo '[  FAILED  ] GpuModel/Logits.MatchTheCpu/2, where GetParam() = 2'\n"
                            "  exit 1;;\n"
                            "esac");
   EXPECT_EQ(r.run.code, 1) << "a step failed\n" << r.run.output;
@@ -131,6 +133,9 @@ TEST(DryRunOfGpuCheck, FailedGpuTestsAreRerunAloneWithSynchronousLaunches) {
   EXPECT_NE(line_with(r.report, "$ env CUDA_LAUNCH_BLOCKING=1 ", "--gtest_filter=GpuModel/Logits.MatchTheCpu/2"), "")
       << r.report;
   EXPECT_EQ(line_with(r.report, "CUDA_LAUNCH_BLOCKING", "--gtest_filter=2"), "") << r.report;
+  EXPECT_EQ(line_with(r.report, "$ env CUDA_LAUNCH_BLOCKING=1 ", "MatchTheCpu/2,"), "") << "the comma, in a filter\n"
+                                                                                     << r.report;
+  EXPECT_EQ(r.report.find("stopped in"), std::string::npos) << "a skipped test is not a crash\n" << r.report;
   EXPECT_NE(r.report.find("stub kvscope bench gpu-decode"), std::string::npos) << r.report;
   // The summary names the failed step (the reruns passed), with its exit code.
   EXPECT_NE(r.report.find("## Summary\n\nSteps that failed (1):\n- "), std::string::npos) << r.report;

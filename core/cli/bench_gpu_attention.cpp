@@ -72,6 +72,10 @@ struct GpuLayer {
 void run_gpu_attention_bench(const GpuAttentionBenchArgs& a) {
   check_distinct(a.contexts, "--contexts");
   check_distinct(a.eager_contexts, "--eager-contexts");
+  for (int n : a.contexts)  // the holes row keeps kept_tokens(n, holes): none of 1 token
+    if (kept_tokens(n, a.holes) < 1)
+      throw Error("--contexts " + std::to_string(n) + ": its row with " + percent(a.holes) +
+                  " of the tokens evicted would keep none to attend to; give 2 tokens or more");
   const cuda::GpuInfo gpu = bench_gpu("bench gpu-attention");
   const ModelConfig c = load_config_file(a.config);
   const cuda::Heads heads{c.num_heads, c.num_kv_heads, c.head_dim};

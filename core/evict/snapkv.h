@@ -10,7 +10,9 @@
 // window kept whole is always the newest 32 positions, so a budget's room beyond
 // the sinks and the window is the votes' to fill (with 63 voters, the oldest 31
 // window positions would have been kept too: a budget of sinks + 63 or less then
-// ran as StreamingLLM). Needs the eager attention path.
+// ran as StreamingLLM). The positions between, when there are more than 32 voters,
+// are scored like the older ones, by the voters at and after them (as a key in
+// SnapKV's own window would be, were it scored). Needs the eager attention path.
 #pragma once
 
 #include <deque>

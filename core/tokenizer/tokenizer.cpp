@@ -313,7 +313,8 @@ std::string read_split_pattern(const json& doc, const std::string& path) {
     std::string type = step.value("type", "");
     if (type == "Split") {
       // After ByteLevel the regex would run on its alphabet (a space is "Ġ", a letter).
-      if (byte_level) throw file_error(path, "pre_tokenizer: a Split after ByteLevel is not supported (Qwen's comes before)");
+      if (byte_level)
+        throw file_error(path, "pre_tokenizer: a Split after ByteLevel is not supported (Qwen's comes before)");
       const json& p = require(step, "pattern", "pre_tokenizer Split.pattern", path);
       if (!p.contains("Regex")) throw file_error(path, "pre_tokenizer Split: only a \"Regex\" pattern is supported");
       if (step.value("behavior", "") != "Isolated" || step.value("invert", false))
@@ -459,7 +460,8 @@ std::vector<AddedToken> read_added_tokens(const json& doc, const std::string& pa
       if (a.contains(flag) && a[flag] != false)
         throw file_error(path, "added_tokens: " + json_quote(content.get<std::string>()) + " has " + flag + " = " +
                                    a[flag].dump() + ", which kvscope does not implement");
-    added.push_back({id.get<int>(), content.get<std::string>(), a.value("special", false), a.value("normalized", false)});
+    added.push_back(
+        {id.get<int>(), content.get<std::string>(), a.value("special", false), a.value("normalized", false)});
   }
   return added;
 }
