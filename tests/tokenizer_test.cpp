@@ -373,6 +373,15 @@ TEST_F(TinyTokenizer, NormalizesToTheFormTheFileNames) {
     EXPECT_EQ(tok.encode("a<" + fi_ligature + ">b"), normalized ? as_token : ids("a<fi>b")) << normalized;
     EXPECT_EQ(tok.encode("a<fi>b"), as_token) << "written as it is, either way; normalized " << normalized;
   }
+  // Its content is normalised too: "<ﬁ>" as an NFKC token matches "<fi>", as written or
+  // from the ligature (Hugging Face builds its matcher from the normalised content).
+  json doc = tiny_tokenizer(false);
+  doc["normalizer"] = {{"type", "NFKC"}};
+  doc["added_tokens"].push_back(
+      {{"id", 302}, {"content", "<" + fi_ligature + ">"}, {"special", false}, {"normalized", true}});
+  const Tokenizer lig = load(doc, "normalized_content.json");
+  EXPECT_EQ(lig.encode("a<fi>b"), (std::vector<int>{'a', 302, 'b'}));
+  EXPECT_EQ(lig.encode("a<" + fi_ligature + ">b"), (std::vector<int>{'a', 302, 'b'}));
 
   json lowercase = tiny_tokenizer(false);
   lowercase["normalizer"] = {{"type", "Sequence"}, {"normalizers", {nfc, {{"type", "Lowercase"}}}}};

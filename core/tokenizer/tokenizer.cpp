@@ -589,6 +589,8 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
       t.id_present_[id] = 1;
       t.bytes_to_id_.emplace(t.id_bytes_[id], id);
     }
+    // The normaliser first: an added token marked "normalized" matches its content's normal form.
+    read_normalizer(doc.contains("normalizer") ? doc["normalizer"] : json(), t.normal_forms_, path);
     std::unordered_map<std::string, int> added_id;  // content -> id: one text, one token
     for (const AddedToken& a : added) {
       if (t.id_present_[a.id] && t.id_bytes_[a.id] != a.content)
@@ -599,8 +601,10 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
                                    std::to_string(it->second) + " and " + std::to_string(a.id) +
                                    " (encode would write one, token_id name the other)");
       AddedTable& table = a.normalized ? t.normalized_added_by_first_byte_ : t.added_by_first_byte_;
-      std::vector<int>& same_start = table[static_cast<unsigned char>(a.content[0])];
-      if (std::find(same_start.begin(), same_start.end(), a.id) == same_start.end()) same_start.push_back(a.id);
+      std::string text = a.normalized ? t.normal_form(a.content) : a.content;
+      std::vector<AddedMatch>& same_start = table[static_cast<unsigned char>(text[0])];
+      if (std::none_of(same_start.begin(), same_start.end(), [&](const AddedMatch& m) { return m.id == a.id; }))
+        same_start.push_back({a.id, std::move(text)});
       t.id_bytes_[a.id] = a.content;
       t.id_present_[a.id] = 1;
       t.id_special_[a.id] = a.special;
@@ -608,11 +612,11 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
     }
     // Longest first, so that matching takes the longest added token at a position.
     for (AddedTable* table : {&t.added_by_first_byte_, &t.normalized_added_by_first_byte_})
-      for (auto& ids : *table)
-        std::sort(ids.begin(), ids.end(), [&](int x, int y) { return t.id_bytes_[x].size() > t.id_bytes_[y].size(); });
+      for (auto& matches : *table)
+        std::sort(matches.begin(), matches.end(),
+                  [](const AddedMatch& x, const AddedMatch& y) { return x.text.size() > y.text.size(); });
 
     t.byte_id_ = single_byte_ids(vocab);
-    read_normalizer(doc.contains("normalizer") ? doc["normalizer"] : json(), t.normal_forms_, path);
     read_post_processor(doc.contains("post_processor") ? doc["post_processor"] : json(), t.template_prefix_,
                         t.template_suffix_, path);
     for (const std::vector<int>* ids : {&t.template_prefix_, &t.template_suffix_})
@@ -657,14 +661,14 @@ std::vector<int> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
   size_t start = 0;  // text[start, pos) has no added token and is not encoded yet
   for (size_t pos = 0; pos < text.size();) {
-    int id = match_added(added_by_first_byte_, text, pos);
-    if (id < 0) {
+    const AddedMatch* m = match_added(added_by_first_byte_, text, pos);
+    if (!m) {
       ++pos;
       continue;
     }
     encode_ordinary(text.substr(start, pos - start), ids);
-    ids.push_back(id);
-    pos = start = pos + id_bytes_[id].size();
+    ids.push_back(m->id);
+    pos = start = pos + m->text.size();
   }
   encode_ordinary(text.substr(start), ids);
   return ids;
@@ -676,32 +680,38 @@ std::vector<int> Tokenizer::with_special_tokens(std::vector<int> ids) const {
   return ids;
 }
 
-int Tokenizer::match_added(const AddedTable& table, std::string_view text, size_t pos) const {
-  for (int id : table[static_cast<unsigned char>(text[pos])]) {
-    if (text.substr(pos).starts_with(id_bytes_[id])) return id;
+const Tokenizer::AddedMatch* Tokenizer::match_added(const AddedTable& table, std::string_view text,
+                                                    size_t pos) const {
+  for (const AddedMatch& m : table[static_cast<unsigned char>(text[pos])]) {
+    if (text.substr(pos).starts_with(m.text)) return &m;
   }
-  return -1;
+  return nullptr;
 }
 
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<int>& out) const {
   if (text.empty()) return;
   // Normalise (NFC for Qwen): "e" + U+0301 becomes "é" before it is split.
-  std::string normalized(text);
-  for (int options : normal_forms_) normalized = normalize(normalized, options);
+  const std::string normalized = normal_form(text);
   // The added tokens matched after normalisation, as encode() matches the others.
   const std::string_view n = normalized;
   size_t start = 0;
   for (size_t pos = 0; pos < n.size();) {
-    const int id = match_added(normalized_added_by_first_byte_, n, pos);
-    if (id < 0) {
+    const AddedMatch* m = match_added(normalized_added_by_first_byte_, n, pos);
+    if (!m) {
       ++pos;
       continue;
     }
     encode_words(n.substr(start, pos - start), out);
-    out.push_back(id);
-    pos = start = pos + id_bytes_[id].size();
+    out.push_back(m->id);
+    pos = start = pos + m->text.size();
   }
   encode_words(n.substr(start), out);
+}
+
+std::string Tokenizer::normal_form(std::string_view text) const {
+  std::string s(text);
+  for (int options : normal_forms_) s = normalize(s, options);
+  return s;
 }
 
 void Tokenizer::encode_words(std::string_view normalized, std::vector<int>& out) const {

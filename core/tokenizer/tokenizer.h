@@ -83,12 +83,20 @@ class Tokenizer {
   void encode_ordinary(std::string_view text, std::vector<int>& out) const;
   // Split and BPE each word of normalised text.
   void encode_words(std::string_view normalized, std::vector<int>& out) const;
+  // `text` in the file's normal form (each normaliser step in turn).
+  std::string normal_form(std::string_view text) const;
   // BPE of one pre-tokenized word (raw UTF-8 bytes), through the cache.
   void encode_word(std::string_view word, std::vector<int>& out) const;
   std::vector<int> bpe(std::string_view word) const;
-  // The longest added token of `table` that starts at text[pos]; -1 if none.
-  using AddedTable = std::array<std::vector<int>, 256>;
-  int match_added(const AddedTable& table, std::string_view text, size_t pos) const;
+  // An added token as matched: its id, and the text it matches (its content; for one
+  // matched in the normalised text, its content normalised, as Hugging Face builds it).
+  struct AddedMatch {
+    int id;
+    std::string text;
+  };
+  using AddedTable = std::array<std::vector<AddedMatch>, 256>;  // by first byte, longest first
+  // The longest added token of `table` that starts at text[pos]; nullptr if none.
+  const AddedMatch* match_added(const AddedTable& table, std::string_view text, size_t pos) const;
 
   std::string path_;
   std::vector<int> normal_forms_;                   // utf8proc options of each normaliser, in order
