@@ -44,9 +44,8 @@ Timeline::Timeline(std::shared_ptr<const Run> run)
   for (size_t i = 0; i < size(); ++i) {
     try {
       apply(event(i));
-    } catch (const Error& e) {
-      throw Error("run \"" + run_->label + "\": event " + std::to_string(i) + " (" + describe(event(i)) +
-                  "): " + e.what());
+    } catch (const Error& e) {  // its message starts with the event, described
+      throw Error("run \"" + run_->label + "\": event " + std::to_string(i) + ": " + e.what());
     }
     note_policy_eviction(i);  // once checked: a trace's position could be anything (2^62 was a 2^62-entry table)
     if (cursor_ % interval == 0) snapshots_.push_back({cursor_, occ_, counters_, used_, in_round_, moved_in_round_});
