@@ -196,7 +196,6 @@ void axes(ImDrawList* dl, const Frame& f, const std::vector<std::string>& y_labe
   dl->AddText({f.b.x - ImGui::CalcTextSize(end).x, f.b.y + px(2)}, palette::kTextDim, end);
 }
 
-// The cursor line, and clicking to move it.
 // The cursor, a vertical line: drawn before the key, which it must not cross out.
 void cursor_line(ImDrawList* dl, const Frame& f, const Session& s) {
   const ImVec2 p = f.at(double(s.cursor()), 0);
@@ -228,13 +227,15 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
     return evicted_lines == 1 ? palette::kEvictedLine
                               : palette::mix(palette::kEvictedLine, view_colour(s, v), 0.5f);
   };
-  for (int v = 0; v < evicted_lines; ++v) {
-    lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].evicted); }});
-    polyline(dl, f, h, lines.back().y, evicted_colour(v), 1.5f, false);
-  }
   for (int v = 0; v < s.views(); ++v) {
     lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].freed); }});
     polyline(dl, f, h, lines.back().y, view_colour(s, v), 2.0f, false);
+  }
+  // Dashed, over the blocks freed: compaction's line lies on it (it frees what was
+  // evicted), and drawn solid underneath it was hidden but for its corners.
+  for (int v = 0; v < evicted_lines; ++v) {
+    lines.push_back({&f, [v](const Sample& x) { return double(x.run[size_t(v)].evicted); }});
+    polyline(dl, f, h, lines.back().y, evicted_colour(v), 1.5f, true);
   }
   if (law) {  // last, dashed, over the holes-only line it predicts
     lines.push_back({&f, [](const Sample& x) { return double(x.run[0].expected); }});
@@ -247,7 +248,7 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
     const Timeline& t = s.view(v);
     keys.push_back({evicted_lines == 1 ? std::string("tokens evicted") : "tokens evicted, " + view_title(t.run()),
                     evicted_lines == 1 ? std::string("tokens evicted") : "evicted (" + view_label(t.run()) + ")",
-                    percent(t.counters().evicted_fraction()), evicted_colour(v), false});
+                    percent(t.counters().evicted_fraction()), evicted_colour(v), true});
   }
   for (int v = 0; v < s.views(); ++v) {
     const Timeline& t = s.view(v);

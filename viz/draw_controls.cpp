@@ -432,7 +432,7 @@ void draw_transport(App& app, float width) {
   const auto where_at = [&](const std::string& phase, size_t event) {
     return phase + "  |  event " + commas(int64_t(event)) + " of " + commas(int64_t(s.length()));
   };
-  const int rounds = int(s.primary_view().round_end_events().size());
+  const int rounds = int(s.primary_view().rounds());
   same_line_if_fits(ImGui::CalcTextSize(where_at(Session::slide_phase(rounds), s.length()).c_str()).x);
   ImGui::TextDisabled("%s", where_at(s.phase(s.primary()), s.cursor()).c_str());
   if (ImGui::IsItemHovered() && s.views() > 1)

@@ -89,7 +89,7 @@ class Timeline {
   bool evicted_by_policy(int seq, int64_t pos) const;
 
   // Where each live token sits: the slot of (seq, pos), or {-1, -1} when not live.
-  // Built from the occupancy on first use after the cursor moves.   O(slots)
+  // Built from the occupancy on first use after the cursor moves.   O(slots + positions written)
   SlotRef locate(int seq, int64_t pos) const;
 
  private:
