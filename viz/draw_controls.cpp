@@ -348,6 +348,7 @@ void draw_legend(App& app) {
   swatch("moving", palette::kMoving);
   swatch("block given back", palette::kFreedEdge, true);
   swatch("evicted token (sequence)", palette::kSeqEvicted);
+  swatch("not written yet (sequence)", palette::kSeqFuture);
   if (s.primary_view().run().served()) swatch("released with its request (sequence)", palette::kSeqReleased);
   ImGui::NewLine();
 }
