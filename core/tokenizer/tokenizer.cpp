@@ -659,18 +659,7 @@ void check_prompt_utf8(std::string_view text) {
 std::vector<int> Tokenizer::encode(std::string_view text) const {
   check_prompt_utf8(text);
   std::vector<int> ids;
-  size_t start = 0;  // text[start, pos) has no added token and is not encoded yet
-  for (size_t pos = 0; pos < text.size();) {
-    const AddedMatch* m = match_added(added_by_first_byte_, text, pos);
-    if (!m) {
-      ++pos;
-      continue;
-    }
-    encode_ordinary(text.substr(start, pos - start), ids);
-    ids.push_back(m->id);
-    pos = start = pos + m->text.size();
-  }
-  encode_ordinary(text.substr(start), ids);
+  split_on_added(added_by_first_byte_, text, ids, [&](std::string_view piece) { encode_ordinary(piece, ids); });
   return ids;
 }
 
@@ -688,24 +677,29 @@ const Tokenizer::AddedMatch* Tokenizer::match_added(const AddedTable& table, std
   return nullptr;
 }
 
+void Tokenizer::split_on_added(const AddedTable& table, std::string_view text, std::vector<int>& out,
+                               const std::function<void(std::string_view)>& between) const {
+  size_t start = 0;  // text[start, pos) has no added token and is not handed on yet
+  for (size_t pos = 0; pos < text.size();) {
+    const AddedMatch* m = match_added(table, text, pos);
+    if (!m) {
+      ++pos;
+      continue;
+    }
+    between(text.substr(start, pos - start));
+    out.push_back(m->id);
+    pos = start = pos + m->text.size();
+  }
+  between(text.substr(start));
+}
+
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<int>& out) const {
   if (text.empty()) return;
   // Normalise (NFC for Qwen): "e" + U+0301 becomes "é" before it is split.
   const std::string normalized = normal_form(text);
   // The added tokens matched after normalisation, as encode() matches the others.
-  const std::string_view n = normalized;
-  size_t start = 0;
-  for (size_t pos = 0; pos < n.size();) {
-    const AddedMatch* m = match_added(normalized_added_by_first_byte_, n, pos);
-    if (!m) {
-      ++pos;
-      continue;
-    }
-    encode_words(n.substr(start, pos - start), out);
-    out.push_back(m->id);
-    pos = start = pos + m->text.size();
-  }
-  encode_words(n.substr(start), out);
+  split_on_added(normalized_added_by_first_byte_, normalized, out,
+                 [&](std::string_view piece) { encode_words(piece, out); });
 }
 
 std::string Tokenizer::normal_form(std::string_view text) const {

@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,6 +98,10 @@ class Tokenizer {
   using AddedTable = std::array<std::vector<AddedMatch>, 256>;  // by first byte, longest first
   // The longest added token of `table` that starts at text[pos]; nullptr if none.
   const AddedMatch* match_added(const AddedTable& table, std::string_view text, size_t pos) const;
+  // `text` cut at the added tokens of `table`, leftmost-longest: each stretch between
+  // them goes to `between`, each token's id into `out`, in order.
+  void split_on_added(const AddedTable& table, std::string_view text, std::vector<int>& out,
+                      const std::function<void(std::string_view)>& between) const;
 
   std::string path_;
   std::vector<int> normal_forms_;                   // utf8proc options of each normaliser, in order
