@@ -767,6 +767,20 @@ TEST_F(TinyTokenizer, EmptyTextHasNoIds) {
 // ---------------------------------------------------------------------------
 // (c) ChatML
 
+// Against Qwen3's own chat_template, rendered by Jinja as transformers renders it
+// (tests/fixtures/chat-prompts.json, from tests/reference/make_chat_fixture.py): the
+// conversations chat_prompt claims to write as Qwen3 does (a user message, or a system
+// and a user message; with and without the opened assistant turn).
+TEST(ChatPrompt, WritesWhatQwen3sTemplateWrites) {
+  const json fixture = json::parse(read_file(test::source_path("tests/fixtures/chat-prompts.json")));
+  ASSERT_GE(fixture["cases"].size(), 8u);
+  for (const json& c : fixture["cases"]) {
+    std::vector<ChatMessage> messages;
+    for (const json& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+    EXPECT_EQ(chat_prompt(messages, c["add_generation_prompt"]), c["text"].get<std::string>()) << c.dump();
+  }
+}
+
 TEST(ChatPrompt, ExactChatMlString) {
   std::vector<ChatMessage> messages = {{"system", "You are terse."}, {"user", "Hi!\nTwo lines."}};
   EXPECT_EQ(chat_prompt(messages),

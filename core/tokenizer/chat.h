@@ -8,7 +8,8 @@
 //
 // The model answers after "<|im_start|>assistant\n" and ends with <|im_end|>.
 // For a system and a user message (all generate --chat sends) this is what Qwen3's
-// template writes, thinking left to the model. Its full template does more that this
+// template writes, thinking left to the model (ChatPrompt.WritesWhatQwen3sTemplateWrites
+// compares it with that template rendered by Jinja). Its full template does more that this
 // does not: it drops the <think> block of earlier assistant turns, opens a closing
 // assistant turn with an empty one, and wraps tool results in a user turn.
 #pragma once
