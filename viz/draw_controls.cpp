@@ -267,7 +267,7 @@ void hover_details(App& app) {
   const Session& s = *app.session;
   // An empty slot (free, room or a hole), if it still is: the hover is the last frame's.
   if (!h.token() && h.view >= 0 && h.view < s.views() && h.block >= 0 &&
-      s.view(h.view).occupancy().position(h.block, h.slot) == kEmpty) {
+      s.view(h.view).slot_state(h.block, h.slot) != SlotState::Live) {
     ImGui::Text("%s: block %d, slot %d", view_label(s.view(h.view).run()).c_str(), h.block, h.slot);
     for (const std::string& line : empty_slot_lines(s.view(h.view), h.block, h.slot)) text_wrapped(line);
     return;

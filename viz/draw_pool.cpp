@@ -123,7 +123,7 @@ std::vector<SlotFlash> slot_flashes(const Session& s, int view) {
         if (occ.position(e.block, e.slot) == e.pos) colour = palette::kWritten;
         break;
       case EventKind::SlotEvicted:
-        if (occ.owner(e.block) >= 0 && occ.position(e.block, e.slot) == kEmpty) colour = palette::kEvicted;
+        if (t.slot_state(e.block, e.slot) == SlotState::Hole) colour = palette::kEvicted;
         break;
       case EventKind::SlotMoved:
         if (occ.position(e.block, e.slot) == e.pos) colour = palette::kMoving;
@@ -204,7 +204,7 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
   const int64_t pos = occ.position(block, slot);
   ImGui::BeginTooltip();
   ImGui::Text("block %d, slot %d", block, slot);
-  if (owner < 0 || pos == kEmpty) {
+  if (t.slot_state(block, slot) != SlotState::Live) {
     for (const std::string& line : empty_slot_lines(t, block, slot)) ImGui::TextUnformatted(line.c_str());
   } else {
     ImGui::Text("sequence %d, absolute position %lld", owner, (long long)pos);
@@ -227,8 +227,9 @@ void tooltip(const App& app, const Timeline& t, int block, int slot, const Score
 std::vector<std::string> empty_slot_lines(const Timeline& t, int block, int slot) {
   const Occupancy& occ = t.occupancy();
   const int owner = occ.owner(block);
-  if (owner < 0) return {"free: in the pool, ready for any sequence"};
-  if (!t.used(block, slot)) return {"not written yet: room in a block of sequence " + std::to_string(owner)};
+  const SlotState state = t.slot_state(block, slot);
+  if (state == SlotState::Free) return {"free: in the pool, ready for any sequence"};
+  if (state == SlotState::Room) return {"not written yet: room in a block of sequence " + std::to_string(owner)};
   return {"hole in a block of sequence " + std::to_string(owner) + " (" + std::to_string(occ.live_in_block(block)) +
               " of " + std::to_string(occ.block_size()) + " slots live)",
           t.run().header.strategy == MemoryStrategy::ReuseHoles
@@ -244,9 +245,11 @@ namespace {
 uint32_t slot_colour(const Timeline& t, const ScoresAt& scores, const std::vector<uint8_t>& leaving, int owner,
                      int b, int j) {
   const Occupancy& occ = t.occupancy();
-  const int64_t pos = occ.position(b, j);
   if (!leaving.empty() && leaving[size_t(b) * size_t(occ.block_size()) + size_t(j)]) return palette::kHole;
-  if (pos == kEmpty) return t.used(b, j) ? palette::kHole : palette::kRoom;
+  const SlotState state = t.slot_state(b, j);
+  if (state == SlotState::Hole) return palette::kHole;
+  if (state == SlotState::Room) return palette::kRoom;
+  const int64_t pos = occ.position(b, j);
   const auto sc = scores(owner, pos);
   return palette::token(owner, sc ? std::optional(scores.shade(*sc)) : std::nullopt, scores.known());
 }
@@ -402,8 +405,8 @@ void draw_pool(App& app, int view, ImVec2 size) {
     app.hover.view = view;
     app.hover.block = block;
     app.hover.slot = slot;
-    const int64_t pos = occ.position(block, slot);
-    if (occ.owner(block) >= 0 && pos != kEmpty) app.hover.seq = occ.owner(block), app.hover.pos = pos;
+    if (t.slot_state(block, slot) == SlotState::Live)
+      app.hover.seq = occ.owner(block), app.hover.pos = occ.position(block, slot);
     outline_slot(app, dl, g, block, slot);
     tooltip(app, t, block, slot, scores);
   }

@@ -17,26 +17,12 @@ namespace kvscope::viz {
 
 namespace {
 
-// A token not yet written, in the cache, evicted by the policy, or gone with its
-// sequence when a served request finished or was preempted (not the policy's choice).
-enum class State { Future, Live, Evicted, Released };
-
-State state_of(const Timeline& t, int seq, int64_t pos) {
-  const Counters& c = t.counters();
-  if (pos >= c.next_position(seq)) return State::Future;
-  if (t.locate(seq, pos).block >= 0) return State::Live;
-  // Evicted by a round, as the caption counts it, even once its sequence is released.
-  if (t.evicted_by_policy(seq, pos)) return State::Evicted;
-  const bool released = seq < int(c.released_seq.size()) && c.released_seq[size_t(seq)];
-  return released ? State::Released : State::Evicted;
-}
-
-uint32_t colour_of(State st, int seq, int64_t pos, const ScoresAt& scores) {
+uint32_t colour_of(TokenState st, int seq, int64_t pos, const ScoresAt& scores) {
   switch (st) {
-    case State::Future: return palette::kSeqFuture;
-    case State::Evicted: return palette::kSeqEvicted;
-    case State::Released: return palette::kSeqReleased;
-    case State::Live: {
+    case TokenState::Future: return palette::kSeqFuture;
+    case TokenState::Evicted: return palette::kSeqEvicted;
+    case TokenState::Released: return palette::kSeqReleased;
+    case TokenState::Live: {
       const auto sc = scores(seq, pos);
       return palette::token(seq, sc ? std::optional(scores.shade(*sc)) : std::nullopt, scores.known());
     }
@@ -44,18 +30,18 @@ uint32_t colour_of(State st, int seq, int64_t pos, const ScoresAt& scores) {
   return 0;
 }
 
-void tooltip(const App& app, int seq, int64_t pos, State st, const ScoresAt& scores) {
+void tooltip(const App& app, int seq, int64_t pos, TokenState st, const ScoresAt& scores) {
   const Session& s = *app.session;
   const Run& run = s.primary_view().run();
   ImGui::BeginTooltip();
   ImGui::Text("sequence %d, absolute position %lld", seq, (long long)pos);
   const std::string& text = run.text(seq, pos);
   if (!text.empty()) ImGui::Text("text \"%s\"", text.c_str());
-  if (st == State::Future) {
+  if (st == TokenState::Future) {
     ImGui::TextUnformatted("not written yet");
-  } else if (st == State::Released) {
+  } else if (st == TokenState::Released) {
     ImGui::TextUnformatted("released: its request finished or was preempted, and its sequence went with its blocks");
-  } else if (st == State::Evicted) {
+  } else if (st == TokenState::Evicted) {
     ImGui::TextUnformatted("evicted: its slot became a hole");
   } else {
     if (auto sc = scores(seq, pos)) ImGui::Text("score %.4g (%s; higher is kept)", *sc, run.score_meaning().c_str());
@@ -100,13 +86,13 @@ CellGrid cell_grid(int64_t n, float width, float height) {
 // Cell c of sequence seq (n tokens): one token's colour, or for g tokens a mix from
 // evicted to live by the share of its written tokens still live.
 uint32_t cell_colour(const Timeline& t, int seq, int64_t n, const CellGrid& grid, int64_t c, const ScoresAt& scores) {
-  if (grid.g == 1) return colour_of(state_of(t, seq, c), seq, c, scores);
+  if (grid.g == 1) return colour_of(t.token_state(seq, c), seq, c, scores);
   int live = 0, written = 0, released = 0;
   for (int64_t p = c * grid.g; p < std::min(n, (c + 1) * grid.g); ++p) {
-    const State st = state_of(t, seq, p);
-    written += st != State::Future;
-    live += st == State::Live;
-    released += st == State::Released;
+    const TokenState st = t.token_state(seq, p);
+    written += st != TokenState::Future;
+    live += st == TokenState::Live;
+    released += st == TokenState::Released;
   }
   if (written == 0) return palette::kSeqFuture;
   if (released == written) return palette::kSeqReleased;
@@ -161,8 +147,8 @@ void draw_cells(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 orig
       const int64_t c = int64_t((m.y - o.y) / grid.side) * grid.per_row + int64_t((m.x - o.x) / grid.side);
       if (c < grid.cells) {
         const int64_t pos = c * grid.g;
-        const State st = state_of(t, k, pos);
-        if (st == State::Live) app.hover.view = s.primary(), app.hover.seq = k, app.hover.pos = pos;
+        const TokenState st = t.token_state(k, pos);
+        if (st == TokenState::Live) app.hover.view = s.primary(), app.hover.seq = k, app.hover.pos = pos;
         tooltip(app, k, pos, st, scores);
       }
     }
@@ -191,24 +177,24 @@ void draw_text(App& app, const Timeline& t, const ScoresAt& scores, ImVec2 area)
       const char* text = raw.empty() ? "?" : raw.c_str();
       const float w = ImGui::CalcTextSize(text).x + px(5);  // the box, and a gap before the next word
       if (x + w > start.x + width && x > start.x) x = start.x, y += line_h;
-      const State st = state_of(t, k, pos);
+      const TokenState st = t.token_state(k, pos);
       const ImVec2 a{x, y}, b{x + w - px(1), y + line_h - px(1)};
-      if (st != State::Future) {
+      if (st != TokenState::Future) {
         const uint32_t colour = colour_of(st, k, pos, scores);
-        const uint32_t bg = st == State::Live ? palette::shade(colour, 0.55f) : colour;
+        const uint32_t bg = st == TokenState::Live ? palette::shade(colour, 0.55f) : colour;
         dl->AddRectFilled(a, b, bg, px(2));
         newest_y = y, newest_seq = k, newest_pos = pos;
       }
       if (k == app.strip.seq && pos == app.strip.pos) target_y = y;
-      dl->AddText({x + px(2), y + px(2)}, st == State::Live ? palette::kText : palette::kTextDim, text);
-      if (st == State::Evicted)
+      dl->AddText({x + px(2), y + px(2)}, st == TokenState::Live ? palette::kText : palette::kTextDim, text);
+      if (st == TokenState::Evicted)
         dl->AddLine({x + px(1), y + line_h / 2}, {b.x - px(1), y + line_h / 2}, palette::alpha(palette::kEvicted, 0.7f),
                     px(1));
       if (app.hovered.token() && s.same_token_ids(app.hovered.view, s.primary()) && app.hovered.seq == k &&
           app.hovered.pos == pos)
         dl->AddRect({a.x - px(1), a.y - px(1)}, {b.x + px(1), b.y + px(1)}, palette::kHighlight, px(2), 0, px(2));
       if (window_hovered && m.x >= a.x && m.x < b.x && m.y >= a.y && m.y < b.y) {
-        if (st == State::Live) app.hover.view = s.primary(), app.hover.seq = k, app.hover.pos = pos;
+        if (st == TokenState::Live) app.hover.view = s.primary(), app.hover.seq = k, app.hover.pos = pos;
         tooltip(app, k, pos, st, scores);
       }
       x += w;

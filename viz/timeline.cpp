@@ -72,6 +72,21 @@ bool Timeline::evicted_by_policy(int seq, int64_t pos) const {
   return size_t(pos) < at.size() && at[size_t(pos)] < cursor_;
 }
 
+TokenState Timeline::token_state(int seq, int64_t pos) const {
+  if (pos >= counters_.next_position(seq)) return TokenState::Future;
+  if (locate(seq, pos).block >= 0) return TokenState::Live;
+  // Evicted by a round, as the caption counts it, even once its sequence is released.
+  if (evicted_by_policy(seq, pos)) return TokenState::Evicted;
+  const std::vector<uint8_t>& released = counters_.released_seq;
+  return seq < int(released.size()) && released[size_t(seq)] ? TokenState::Released : TokenState::Evicted;
+}
+
+SlotState Timeline::slot_state(int block, int slot) const {
+  if (occ_.owner(block) < 0) return SlotState::Free;
+  if (occ_.position(block, slot) != kEmpty) return SlotState::Live;
+  return used(block, slot) ? SlotState::Hole : SlotState::Room;
+}
+
 void Timeline::build_index() {
   const EventLog& ev = run_->events;
   for (size_t i = 0; i < ev.size(); ++i) {

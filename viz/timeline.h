@@ -28,6 +28,16 @@ enum class Unit {
   Move,   // to just after the next compaction move
 };
 
+// What a token of the sequence is at the cursor: not written yet, live in the cache,
+// evicted by a round of its policy, or released: gone with its sequence when a served
+// request finished or was preempted (not the policy's choice). The sequence strip's colours.
+enum class TokenState { Future, Live, Evicted, Released };
+
+// What a slot of the pool is at the cursor: its block free in the pool, a live token,
+// a hole (written since its block was allocated, now empty) or room (not written yet:
+// the tail of a sequence's last block). The pool's colours, and what --verify expects.
+enum class SlotState { Free, Live, Hole, Room };
+
 class Timeline {
  public:
   explicit Timeline(std::shared_ptr<const Run> run);  // replays once (checks the events; throws kvscope::Error)
@@ -87,6 +97,9 @@ class Timeline {
   // Whether a round of its sequence (the policy) had evicted (seq, pos) by the cursor;
   // a token gone without one went with its sequence (a request done or preempted).
   bool evicted_by_policy(int seq, int64_t pos) const;
+
+  TokenState token_state(int seq, int64_t pos) const;
+  SlotState slot_state(int block, int slot) const;
 
   // Where each live token sits: the slot of (seq, pos), or {-1, -1} when not live.
   // Built from the occupancy on first use after the cursor moves.   O(slots + positions written)

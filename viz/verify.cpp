@@ -3,7 +3,7 @@
 // Every slot of every pool view is read back from the frame's pixels (its
 // centre pixel) and classified by the palette: free, live (any owner's colour
 // at any shade), hole or unwritten room. The expected class comes from the replayed Occupancy
-// of that view, not from the drawing code. Any slot that disagrees is reported.
+// of that view (Timeline::slot_state), not from the drawing code. Any slot that disagrees is reported.
 // A slot that flashes (an event of the last moment, fading: slot_flashes) is read
 // with its flash blended off. One under a tooltip or the outline of the token under
 // the mouse (--mouse) is counted and not checked; a view where no slot could be read
@@ -28,6 +28,16 @@ namespace {
 
 enum Class { kFreeSlot, kLiveSlot, kHoleSlot, kRoomSlot, kUnknown };
 const char* kClassNames[] = {"free", "live", "hole", "room", "unrecognised"};
+
+Class class_of(SlotState state) {
+  switch (state) {
+    case SlotState::Free: return kFreeSlot;
+    case SlotState::Live: return kLiveSlot;
+    case SlotState::Hole: return kHoleSlot;
+    case SlotState::Room: return kRoomSlot;
+  }
+  return kUnknown;
+}
 
 using Rgb = std::array<float, 3>;
 
@@ -99,10 +109,7 @@ std::string verify_pool(const PoolGeometry& g, const Timeline& t, const std::vec
     for (int j = 0; j < occ.block_size(); ++j) {
       const ImVec2 a = g.slot_min(b, j), z = g.slot_max(b, j);
       const int x = int((a.x + z.x) / 2), y = int((a.y + z.y) / 2);
-      const Class want = occ.owner(b) < 0              ? kFreeSlot
-                         : occ.position(b, j) != kEmpty ? kLiveSlot
-                         : t.used(b, j)                 ? kHoleSlot
-                                                        : kRoomSlot;
+      const Class want = class_of(t.slot_state(b, j));
       ++expected[want];
       const auto under = [&](const App::Rect& r) {
         return x >= r.min.x && x < r.max.x && y >= r.min.y && y < r.max.y;
