@@ -145,8 +145,12 @@ void PagedKvCache::evict(int seq, const std::vector<int64_t>& positions) {
     slot_pos_[index(at)] = kEmpty;
   }
   s.live -= int(slots.size());
+  free_empty_blocks(seq, s);
+  if (strategy_ == MemoryStrategy::ReuseHoles) list_holes(s);
+}
 
-  // Blocks with no live slot go back to the pool, the tail block included.
+// Blocks with no live slot go back to the pool, the tail block included.
+void PagedKvCache::free_empty_blocks(int seq, Sequence& s) {
   std::vector<int> kept;
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     const int b = s.blocks[i];
@@ -160,17 +164,17 @@ void PagedKvCache::evict(int seq, const std::vector<int64_t>& positions) {
     }
   }
   s.blocks = std::move(kept);
+}
 
-  // ReuseHoles: the holes to fill, first in logical order at the back of the stack.
+// ReuseHoles: the holes to fill, first in logical order at the back of the stack.
+void PagedKvCache::list_holes(Sequence& s) const {
   s.holes.clear();
-  if (strategy_ == MemoryStrategy::ReuseHoles) {
-    for (size_t i = 0; i < s.blocks.size(); ++i) {
-      const int used = slots_written(s, i);
-      for (int j = 0; j < used; ++j)
-        if (slot_pos_[index({s.blocks[i], j})] == kEmpty) s.holes.push_back({s.blocks[i], j});
-    }
-    std::reverse(s.holes.begin(), s.holes.end());
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    const int used = slots_written(s, i);
+    for (int j = 0; j < used; ++j)
+      if (slot_pos_[index({s.blocks[i], j})] == kEmpty) s.holes.push_back({s.blocks[i], j});
   }
+  std::reverse(s.holes.begin(), s.holes.end());
 }
 
 std::vector<Move> PagedKvCache::plan_compaction(int seq) const {
