@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -386,6 +387,9 @@ TEST(Scheduler, RefusesARequestThatCouldNeverFit) {
 // plus one step's: 16 + 6 - 1 + 11 (a prefill chunk) = 32 tokens, 8 blocks of 4,
 // however long it is. A pool of exactly 8 admits it and runs it to the end.
 TEST(Scheduler, WithEvictionARequestNeedsItsBudgetAndSlackAndOneChunk) {
+  EXPECT_EQ(most_live_tokens({16, 6, 2, 5}, 100, 11), 32);
+  EXPECT_EQ(most_live_tokens({16, 6, 2, 5}, 20, 11), 20);
+  EXPECT_EQ(most_live_tokens({16, 6, 2, 5}, 100, std::numeric_limits<int>::max()), 100);  // one chunk: all of it
   EXPECT_EQ(blocks_a_request_needs({16, 6, 2, 5}, 100, 11, 4), 8);
   EXPECT_EQ(blocks_a_request_needs({16, 6, 2, 5}, 20, 11, 4), 5);  // a short one: its whole context
   EXPECT_EQ(blocks_a_request_needs({0, 6, 2, 5}, 100, 11, 4), 25);  // no eviction: all of it

@@ -125,13 +125,13 @@ void check_a_request_fits(const ServeBenchArgs& a, int max_position_embeddings) 
     const int need = blocks_a_request_needs(s, int(context), a.chunk, a.block_size);
     if (need <= a.blocks) continue;
     // Which bound it is: what rounds leave room for, or (shorter) the whole context.
-    const int64_t between_rounds = int64_t(s.round_starts_at()) - 1 + a.chunk;
+    const int64_t live = most_live_tokens(s, int(context), a.chunk);
     const std::string bound =
         !evicts ? "its whole context of " + std::to_string(context) + " tokens, with nothing evicted): give --blocks " +
                       std::to_string(need) + ", or leave none out of --strategies"
-        : between_rounds < context
+        : live < context
             ? "up to budget + slack - 1 tokens between rounds, plus a prefill chunk: " +
-                  std::to_string(between_rounds) + "): give --blocks " + std::to_string(need) +
+                  std::to_string(live) + "): give --blocks " + std::to_string(need) +
                   ", or lower --budget, --slack or --chunk"
             : "its whole context of " + std::to_string(context) + " tokens, no more than budget + slack - 1 + a " +
                   "prefill chunk): give --blocks " + std::to_string(need) + ", or lower --prompt-len or --output-len";

@@ -14,16 +14,13 @@ Scheduler::Scheduler(Engine& engine, const ServeConfig& config) : engine_(engine
   if (config_.chunk < 1) throw Error("scheduler: the prefill chunk must be >= 1 token, got " + std::to_string(config_.chunk));
 }
 
-// The most tokens a sequence of `context` tokens holds at once: all but the last
-// (sampled, never fed) with no eviction; with eviction, a round prunes it to the
-// budget as soon as it reaches budget + slack, so at most budget + slack - 1 plus
-// one step's tokens, if compaction gives every emptied slot back.
-static int max_live(const EvictionSchedule& s, int context, int chunk) {
-  return s.enabled() ? int(std::min<int64_t>(context, int64_t(s.round_starts_at()) - 1 + chunk)) : context;  // chunk may be INT_MAX
+int64_t most_live_tokens(const EvictionSchedule& s, int context, int chunk) {
+  if (!s.enabled()) return context;
+  return std::min<int64_t>(context, int64_t(s.round_starts_at()) - 1 + chunk);  // chunk may be INT_MAX
 }
 
 int blocks_a_request_needs(const EvictionSchedule& s, int context, int chunk, int block_size) {
-  return int(blocks_for_tokens(max_live(s, context, chunk), block_size));
+  return int(blocks_for_tokens(most_live_tokens(s, context, chunk), block_size));
 }
 
 int Scheduler::submit(const std::vector<int>& prompt, int max_new_tokens) {

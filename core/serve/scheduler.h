@@ -39,10 +39,14 @@ struct ServeConfig {
   int vocab_limit = 0;   // sample only ids below this; 0 = all logits
 };
 
-// The fewest blocks a request of `context` tokens (prompt + new, less the last,
-// which is never fed) must hold at once to run at all, alone in the pool: its
-// whole context with no eviction; with eviction, budget + slack - 1 tokens plus
-// one step's (a prefill chunk). submit() refuses a request that needs more than
+// The most tokens a request of `context` tokens (prompt + new, less the last, which
+// is never fed) holds at once: its whole context with no eviction; with eviction, a
+// round prunes it to the budget as soon as it reaches budget + slack, so at most
+// budget + slack - 1 plus one step's tokens (a prefill chunk), if compaction gives
+// every emptied slot back, and never more than its context.
+int64_t most_live_tokens(const EvictionSchedule& s, int context, int chunk);
+// The fewest blocks such a request must hold at once to run at all, alone in the
+// pool: most_live_tokens in blocks. submit() refuses a request that needs more than
 // the pool has.
 int blocks_a_request_needs(const EvictionSchedule& s, int context, int chunk, int block_size);
 
