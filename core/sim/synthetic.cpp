@@ -79,8 +79,6 @@ std::vector<float> ImportancePolicy::scores(const ScoreContext& ctx) {
   return s;
 }
 
-double expected_blocks_freed(double evicted_fraction, int block_size) { return std::pow(evicted_fraction, block_size); }
-
 ProtectedLaw expected_blocks_freed(int64_t tokens, int64_t evicted, int64_t sinks, int64_t recent, int block_size) {
   ProtectedLaw law;
   law.evicted = evicted;

@@ -15,6 +15,7 @@
 // tokens went. Compaction gives back 1 - ceil(live / block_size) / blocks.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -143,7 +144,9 @@ int64_t evict_round(PagedKvCache& cache, int seq, EvictionPolicy& policy, const 
 
 // The law for random one-shot eviction: the chance that all block_size tokens
 // of a block were among the evicted, f^block_size (tokens drawn independently).
-double expected_blocks_freed(double evicted_fraction, int block_size);
+inline double expected_blocks_freed(double evicted_fraction, int block_size) {
+  return std::pow(evicted_fraction, block_size);
+}
 
 // The same law when the first `sinks` and the last `recent` of the tokens are
 // protected (never evicted): the `evicted` tokens all fall on the others, each with

@@ -101,6 +101,10 @@ def seeds_trace():
     header = (f"kvscope-trace 1 block_size=2 num_blocks=4 strategy=compact events={len(ev)} policy=random source=a%20b"
               " tokens.0=785,2038,4688 tokens.1=11\n")  # the token ids generate lists
     write("trace", "small_run", header.encode() + b"".join(ev))
+    # The same run with a model to read its token ids (the fuzzers run from the
+    # repository's root): kvscope-viz shows their text.
+    write("trace", "small_run_with_text", header.replace(" tokens.0", " model=tests/models/tiny-tied tokens.0")
+          .replace("785,2038,4688", "78,203,46").encode() + b"".join(ev))
     write("trace", "empty", b"kvscope-trace 1 block_size=16 num_blocks=1 strategy=holes events=0\n")
 
 
