@@ -45,22 +45,30 @@ TEST(Readme, EvalTableIsTheOneTutorial6Quotes) {
     EXPECT_NE(chapter.find("\n" + row + "\n"), std::string::npos) << "not in tutorial 6's quoted output: " << row;
 }
 
-// The README's "Flash-style versus eager attention" block says it is "the same run as
-// tutorial 5's record": every line of it, in the record's output block (indented by 4).
-TEST(Readme, AttentionTableIsTutorial5sRecord) {
+// Each benchmark block of the README's "Benchmarks" is a run kept in a record file
+// (the command, the machine, the date, the load, and the output indented by 4): every
+// line of the block, in the record's output. So a number in the block has a record,
+// and a new run means a new record.
+TEST(Readme, EachBenchmarkBlockIsItsRecordsOutput) {
   const std::string readme = read_file(test::source_path("README.md"));
-  const std::string record =
-      read_file(test::source_path("tutorials/05-the-scores-flashattention-never-keeps/bench-attention.md"));
-  const size_t from = readme.find("```\nkvscope bench attention:");
-  ASSERT_NE(from, std::string::npos) << "README.md quotes no kvscope bench attention output";
-  const size_t to = readme.find("\n```", from + 4);
-  ASSERT_NE(to, std::string::npos);
-  std::istringstream block(readme.substr(from + 4, to - from - 4));
-  std::string indented;  // the README's block as the record indents it
-  for (std::string line; std::getline(block, line);) indented += line.empty() ? "\n" : "    " + line + "\n";
-  EXPECT_GE(indented.size(), 1000u);
-  EXPECT_NE(record.find("\n" + indented), std::string::npos)
-      << "README.md's bench attention block differs from bench-attention.md's output:\n" << indented;
+  const std::pair<const char*, const char*> records[] = {
+      {"kvscope bench decode:", "assets/benchmarks/bench-decode.md"},
+      {"kvscope bench attention:", "tutorials/05-the-scores-flashattention-never-keeps/bench-attention.md"},
+      {"kvscope bench compaction:", "assets/benchmarks/bench-compaction.md"},
+  };
+  for (const auto& [head, path] : records) {
+    const std::string record = read_file(test::source_path(path));
+    const size_t from = readme.find(std::string("```\n") + head);
+    ASSERT_NE(from, std::string::npos) << "README.md quotes no " << head << " output";
+    const size_t to = readme.find("\n```", from + 4);
+    ASSERT_NE(to, std::string::npos);
+    std::istringstream block(readme.substr(from + 4, to - from - 4));
+    std::string indented;  // the README's block as the record indents it
+    for (std::string line; std::getline(block, line);) indented += line.empty() ? "\n" : "    " + line + "\n";
+    EXPECT_GE(indented.size(), 500u) << head;
+    EXPECT_NE(record.find("\n" + indented), std::string::npos)
+        << "README.md's " << head << " block differs from " << path << "'s output:\n" << indented;
+  }
 }
 
 // A command the README quotes, `$ build/kvscope ...` on the first line of a fenced

@@ -47,8 +47,9 @@
 // software prefetch (_mm_prefetch 1-4 KiB ahead: 5-10% slower, the hardware
 // prefetcher already runs ahead and the extra instructions only get in its way);
 // more than four accumulators (no change); one 64-byte bf16 load split into even
-// and odd halves by shift and mask, with x pre-shuffled to match (5-10% slower);
-// 2 MiB transparent huge pages for W (no difference measurable above the noise).
+// and odd halves by shift and mask, with x pre-shuffled to match (5-10% slower).
+// What did: 2 MiB transparent huge pages for W (HugeBuffer), about 10% on one thread
+// end to end (assets/benchmarks/bench-decode.md: six runs with the hint, six without).
 #include "model/matvec.h"
 
 #include <omp.h>
