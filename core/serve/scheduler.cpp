@@ -108,15 +108,13 @@ void Scheduler::finish(int id) {
   running_.erase(std::find(running_.begin(), running_.end(), id));
 }
 
-bool Scheduler::step() {
-  if (running_.empty() && waiting_.empty()) return false;
-  admit();
+std::vector<BatchItem> Scheduler::fit_batch() {
   const PagedKvCache& cache = engine_.cache();
   std::vector<BatchItem> items = batch();
   for (;;) {
     int64_t blocks = 0;
     for (const BatchItem& it : items) blocks += cache.blocks_needed(it.seq, int64_t(it.tokens.size()));
-    if (blocks <= cache.pool().num_free()) break;
+    if (blocks <= cache.pool().num_free()) return items;
     if (running_.size() == 1) {
       const size_t n = items[0].tokens.size();
       throw PoolExhausted(
@@ -131,14 +129,9 @@ bool Scheduler::step() {
     preempt(running_.back());
     items = batch();
   }
+}
 
-  const std::vector<int> ids = running_;  // finish() edits running_ below
-  std::vector<int> finishing;  // released after this step: no eviction round for them
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (requests_[ids[i]].finishes_with(int(items[i].tokens.size()))) finishing.push_back(requests_[ids[i]].seq);
-  const float* logits = engine_.step_batch(items, finishing);
-  stats_.peak_blocks = std::max(stats_.peak_blocks, engine_.blocks_after_forward());
-
+void Scheduler::take_outputs(const std::vector<int>& ids, const std::vector<BatchItem>& items, const float* logits) {
   const int vocab = engine_.model().config.vocab_size;
   const int limit = config_.vocab_limit > 0 ? std::min(config_.vocab_limit, vocab) : vocab;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -149,13 +142,29 @@ bool Scheduler::step() {
     ++stats_.generated_tokens;
     if (int(r.output.size()) == r.max_new_tokens) finish(ids[i]);
   }
+}
 
+void Scheduler::record_step(int batch_size) {
   ++stats_.steps;
-  stats_.peak_running = std::max(stats_.peak_running, int(items.size()));
-  stats_.running.push_back(int(items.size()));
-  stats_.blocks_in_use.push_back(cache.pool().num_used());
+  stats_.peak_running = std::max(stats_.peak_running, batch_size);
+  stats_.running.push_back(batch_size);
+  stats_.blocks_in_use.push_back(engine_.cache().pool().num_used());
   stats_.holding.push_back(int(running_.size()));
   stats_.bytes_moved = engine_.bytes_moved();
+}
+
+bool Scheduler::step() {
+  if (running_.empty() && waiting_.empty()) return false;
+  admit();
+  const std::vector<BatchItem> items = fit_batch();
+  const std::vector<int> ids = running_;  // [items.size()] take_outputs' finish() edits running_
+  std::vector<int> finishing;             // released after this step: no eviction round for them
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (requests_[ids[i]].finishes_with(int(items[i].tokens.size()))) finishing.push_back(requests_[ids[i]].seq);
+  const float* logits = engine_.step_batch(items, finishing);  // [items.size(), vocab]
+  stats_.peak_blocks = std::max(stats_.peak_blocks, engine_.blocks_after_forward());
+  take_outputs(ids, items, logits);
+  record_step(int(items.size()));
   return !(running_.empty() && waiting_.empty());
 }
 

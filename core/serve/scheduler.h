@@ -111,7 +111,14 @@ class Scheduler {
   void admit();
   void preempt(int id);
   void finish(int id);
-  std::vector<BatchItem> batch() const;
+  std::vector<BatchItem> batch() const;  // each running request's next tokens: a chunk, or one
+  // batch(), after preempting the newest running requests until the pool has the blocks it
+  // takes. PoolExhausted when a lone request cannot fit.
+  std::vector<BatchItem> fit_batch();
+  // After a step: each request's tokens are fed; one whose context is all fed gets its
+  // next token (greedy), and one with all its tokens finishes. logits [ids.size(), vocab].
+  void take_outputs(const std::vector<int>& ids, const std::vector<BatchItem>& items, const float* logits);
+  void record_step(int batch_size);  // the step's line of stats_
 
   Engine& engine_;
   ServeConfig config_;
