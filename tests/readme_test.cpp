@@ -47,8 +47,9 @@ TEST(Readme, EvalTableIsTheOneTutorial6Quotes) {
 
 // Each benchmark block of the README's "Benchmarks" is a run kept in a record file
 // (the command, the machine, the date, the load, and the output indented by 4): every
-// line of the block, in the record's output. So a number in the block has a record,
-// and a new run means a new record.
+// line of the block, in the record's output (in its "## The run the README quotes",
+// where it has more than one), and the README dates it as the record does. So a number
+// in the block has a record, and a new run means a new record.
 TEST(Readme, EachBenchmarkBlockIsItsRecordsOutput) {
   const std::string readme = read_file(test::source_path("README.md"));
   const std::pair<const char*, const char*> records[] = {
@@ -57,9 +58,18 @@ TEST(Readme, EachBenchmarkBlockIsItsRecordsOutput) {
       {"kvscope bench compaction:", "assets/benchmarks/bench-compaction.md"},
   };
   for (const auto& [head, path] : records) {
-    const std::string record = read_file(test::source_path(path));
+    std::string record = read_file(test::source_path(path));
+    const size_t recorded = record.find("\n- recorded: ");
+    ASSERT_NE(recorded, std::string::npos) << path << " says not when it was recorded";
+    const std::string date = record.substr(recorded + 13, 10);  // "2026-12-07"
+    const size_t quoted = record.find("\n## The run the README quotes\n");
+    if (quoted != std::string::npos) record = record.substr(quoted, record.find("\n## ", quoted + 1) - quoted);
     const size_t from = readme.find(std::string("```\n") + head);
     ASSERT_NE(from, std::string::npos) << "README.md quotes no " << head << " output";
+    const size_t paragraph = readme.rfind("\n\n**", from);  // the bold words that introduce the block
+    ASSERT_NE(paragraph, std::string::npos);
+    EXPECT_NE(readme.substr(paragraph, from - paragraph).find(date), std::string::npos)
+        << "README.md's " << head << " block is not dated " << date << ", as " << path << " is";
     const size_t to = readme.find("\n```", from + 4);
     ASSERT_NE(to, std::string::npos);
     std::istringstream block(readme.substr(from + 4, to - from - 4));

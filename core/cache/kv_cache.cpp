@@ -145,12 +145,13 @@ void PagedKvCache::evict(int seq, const std::vector<int64_t>& positions) {
     slot_pos_[index(at)] = kEmpty;
   }
   s.live -= int(slots.size());
-  free_empty_blocks(seq, s);
-  if (strategy_ == MemoryStrategy::ReuseHoles) list_holes(s);
+  free_empty_blocks(seq);
+  if (strategy_ == MemoryStrategy::ReuseHoles) s.holes = holes_of(s);
 }
 
 // Blocks with no live slot go back to the pool, the tail block included.
-void PagedKvCache::free_empty_blocks(int seq, Sequence& s) {
+void PagedKvCache::free_empty_blocks(int seq) {
+  Sequence& s = seq_ref(seq);
   std::vector<int> kept;
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     const int b = s.blocks[i];
@@ -167,14 +168,15 @@ void PagedKvCache::free_empty_blocks(int seq, Sequence& s) {
 }
 
 // ReuseHoles: the holes to fill, first in logical order at the back of the stack.
-void PagedKvCache::list_holes(Sequence& s) const {
-  s.holes.clear();
+std::vector<SlotRef> PagedKvCache::holes_of(const Sequence& s) const {
+  std::vector<SlotRef> holes;
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     const int used = slots_written(s, i);
     for (int j = 0; j < used; ++j)
-      if (slot_pos_[index({s.blocks[i], j})] == kEmpty) s.holes.push_back({s.blocks[i], j});
+      if (slot_pos_[index({s.blocks[i], j})] == kEmpty) holes.push_back({s.blocks[i], j});
   }
-  std::reverse(s.holes.begin(), s.holes.end());
+  std::reverse(holes.begin(), holes.end());
+  return holes;
 }
 
 std::vector<Move> PagedKvCache::plan_compaction(int seq) const {

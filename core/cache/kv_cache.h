@@ -135,8 +135,8 @@ class PagedKvCache {
     if (log_) log_->push_back(e);
   }
   void free_block(int seq, int block);
-  void free_empty_blocks(int seq, Sequence& s);  // evict's: blocks left with no live slot
-  void list_holes(Sequence& s) const;            // evict's, under ReuseHoles: s.holes
+  void free_empty_blocks(int seq);                        // evict's: blocks left with no live slot
+  std::vector<SlotRef> holes_of(const Sequence& s) const;  // evict's, under ReuseHoles: Sequence::holes
 
   BlockPool pool_;
   int block_size_;

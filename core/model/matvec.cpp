@@ -43,7 +43,9 @@
 // Measured on the machine this was tuned on (2 vCPUs of an AMD Zen 5 EPYC, a noisy
 // virtual machine): over the weights of a whole Qwen3-0.6B decode step these
 // kernels stream within a few percent of a plain AVX-512 sum of the same bytes,
-// with f32 and with bf16 weights, on one thread and on two.  What did NOT help:
+// with f32 and with bf16 weights, on one thread and on two (a whole decode step, with
+// its attention, norms and sampling, reads less of the bandwidth probe's limit:
+// `kvscope bench decode`, assets/benchmarks/bench-decode.md).  What did NOT help:
 // software prefetch (_mm_prefetch 1-4 KiB ahead: 5-10% slower, the hardware
 // prefetcher already runs ahead and the extra instructions only get in its way);
 // more than four accumulators (no change); one 64-byte bf16 load split into even

@@ -17,8 +17,8 @@ namespace kvscope {
 // The array is written once first so its pages are mapped (an untouched page all
 // reads from one shared zero page, which would be measured as a cache hit), and it is
 // asked for 2 MiB transparent huge pages (madvise; hardware prefetchers stop at page
-// boundaries, though on the machine this was written on 4 KiB pages measured no
-// slower).  threads <= 0 means omp_get_max_threads().
+// boundaries; this probe measured no slower on 4 KiB pages on the machine this was
+// written on, though decode's weights did: assets/benchmarks/bench-decode.md).  threads <= 0 means omp_get_max_threads().
 // Throws kvscope::Error if the memory cannot be allocated.
 double measure_read_bandwidth_gbs(std::size_t bytes = std::size_t{1} << 30, int threads = 0,
                                   int repeats = 5);

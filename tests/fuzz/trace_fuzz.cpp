@@ -17,18 +17,23 @@ namespace {
 
 // What the app's controls and views ask of a timeline: seek to the end and back, step
 // each unit forward and back (a bounded number of steps, so one input stays fast),
-// and, at each stop, the counters, the phase, the scores and where each token sits.
+// and, at each stop, the counters, the phase, the scores, what each slot and token is,
+// and where each token sits.
 void play(kvscope::viz::Timeline& t) {
   using kvscope::viz::Unit;
   const auto look = [&t] {
     (void)t.phase();
     (void)kvscope::viz::scores_for_shading(t);
     (void)t.counters().blocks_freed_fraction();
+    const kvscope::Occupancy& occ = t.occupancy();
+    for (int block = 0; block < std::min(occ.num_blocks(), 64); ++block)
+      for (int slot = 0; slot < occ.block_size(); ++slot) (void)t.slot_state(block, slot);
     const auto& lengths = t.final_lengths();
     for (size_t seq = 0; seq < std::min<size_t>(lengths.size(), 4); ++seq)
       for (int64_t pos = 0; pos < std::min<int64_t>(lengths[seq], 64); ++pos) {
         (void)t.locate(int(seq), pos);
         (void)t.evicted_by_policy(int(seq), pos);
+        (void)t.token_state(int(seq), pos);
       }
   };
   t.seek(t.size());
