@@ -19,6 +19,7 @@
 #include "eval/windows.h"
 #include "evict/oracle.h"
 #include "evict/policy.h"
+#include "evict/snapkv.h"
 #include "evict/triattention.h"
 #include "model/qwen3.h"
 #include "model/weights.h"
@@ -32,7 +33,7 @@ using namespace kvscope::tutorial;
 constexpr int kT = 512;        // the round's position: tokens 0..511 are cached
 constexpr int kFuture = 256;   // the oracle looks at the next 256 queries
 constexpr int kBudget = 128, kSinks = 4, kRecent = 32, kBlock = 16;
-const char* kPolicies[] = {"oracle", "triattention", "h2o", "streaming", "random"};  // round_scores' order
+const char* kPolicies[] = {"oracle", "triattention", "h2o", "snapkv", "streaming", "random"};  // round_scores' order
 constexpr int kN = int(std::size(kPolicies));
 
 // How concentrated one band's queries are, |qbar_f| / m_f, over the model's heads.
@@ -55,6 +56,25 @@ std::vector<Concentration> concentration(const TriCalibration& cal) {
   return r;
 }
 
+// Tokens 0..kT-1 of w, run through eager attention as the empty sequence `seq`: the
+// attention each token received from the queries t >= sum_from, summed over layers
+// and heads (the eager path's probability sums).   [kT]
+std::vector<float> attention_received(const Model& model, const std::vector<int>& w, int sum_from,
+                                      PagedKvCache& cache, KvStorage& kv, int seq) {
+  const ModelConfig& c = model.config;
+  RunState state;
+  std::vector<float> sums;  // [num_layers * num_heads, kT]
+  ForwardOptions eager;
+  eager.attention = AttentionPath::Eager;
+  eager.sum_from = sum_from;
+  eager.prob_sums = &sums;
+  forward(model, cache, kv, seq, state, w.data(), kT, eager);
+  std::vector<float> received(kT, 0.0f);
+  for (size_t lh = 0; lh < size_t(c.num_layers) * c.num_heads; ++lh)
+    for (int p = 0; p < kT; ++p) received[p] += sums[lh * kT + p];
+  return received;
+}
+
 // Every policy's scores for the tokens 0..kT-1 of one window, at t = kT.   [policy][position]
 std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibration& cal, const std::vector<int>& w,
                                              uint64_t seed) {
@@ -62,23 +82,23 @@ std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibr
   PagedKvCache cache(kT / kBlock, kBlock, MemoryStrategy::HolesOnly);
   KvStorage kv(c, cache.num_blocks(), kBlock);
   const int seq = cache.add_sequence();
-  RunState state;
-  // H2O's score: the attention each token received from every query so far, summed
-  // over layers and heads (eager attention's column sums).
-  std::vector<float> sums;
-  ForwardOptions eager;
-  eager.attention = AttentionPath::Eager;
-  eager.prob_sums = &sums;
-  forward(model, cache, kv, seq, state, w.data(), kT, eager);
-  std::vector<float> h2o(kT, 0.0f);
-  for (size_t lh = 0; lh < size_t(c.num_layers) * c.num_heads; ++lh)
-    for (int p = 0; p < kT; ++p) h2o[p] += sums[lh * kT + p];
+  // H2O's score: the attention each token received from every query so far.
+  const std::vector<float> h2o = attention_received(model, w, 0, cache, kv, seq);
 
   std::vector<int64_t> pos(kT);
   std::iota(pos.begin(), pos.end(), 0);
   const LiveSlots slots = live_slots(cache, seq);
   const ScoreContext ctx{pos, kT, &c, &kv, &slots};
   const std::vector<float> tri = triattention_scores(cal, ctx);
+
+  // SnapKV's: the votes of the last 32 queries (its observation window), pooled by the policy.
+  PagedKvCache scratch(kT / kBlock, kBlock, MemoryStrategy::HolesOnly);
+  KvStorage scratch_kv(c, scratch.num_blocks(), kBlock);
+  SnapKVPolicy snapkv;
+  const std::vector<float> votes =
+      attention_received(model, w, kT - SnapKVPolicy::kWindow, scratch, scratch_kv, scratch.add_sequence());
+  snapkv.observe(pos, votes, SnapKVPolicy::kWindow);
+  const std::vector<float> snap = snapkv.scores(ctx);
 
   const std::vector<int> prompt(w.begin(), w.begin() + kT), future(w.begin() + kT, w.begin() + kT + kFuture);
   const FutureAttention oracle = record_future_attention(model, prompt, future);
@@ -89,7 +109,7 @@ std::vector<std::vector<float>> round_scores(const Model& model, const TriCalibr
     newest[p] = float(p);
     rnd[p] = float(rng.uniform());
   }
-  return {orc, tri, h2o, newest, rnd};
+  return {orc, tri, h2o, snap, newest, rnd};
 }
 
 // 1. The calibration: per band, how concentrated the pre-RoPE queries are.
@@ -144,9 +164,11 @@ static void one_round(const Model& model, const Tokenizer& tokenizer, const TriC
   std::printf("the best %d of the %d in between). The oracle keeps what the next %d queries attend to most.\n\n",
               picks, middle, kFuture);
   std::printf("  %-12s  %-16s  %-30s  %s\n", "policy", "shared with", "where its picks lie, by distance t - p",
-              "blocks of 16 in use");
-  std::printf("  %-12s  %-16s  %6s %6s %7s %8s  %s\n", "", "the oracle", "33-63", "64-127", "128-255", "256-508",
-              "(of 32; compacted: 8)");
+              ("blocks of " + std::to_string(kBlock) + " in use").c_str());
+  const auto range = [&](int b) { return std::to_string(edges[b]) + "-" + std::to_string(edges[b + 1] - 1); };
+  const std::string of = "(of " + std::to_string(kT / kBlock) + "; compacted: " + std::to_string(kBudget / kBlock) + ")";
+  std::printf("  %-12s  %-16s  %6s %6s %7s %8s  %s\n", "", "the oracle", range(0).c_str(), range(1).c_str(),
+              range(2).c_str(), range(3).c_str(), of.c_str());
   for (int k = 0; k < kN; ++k)
     std::printf("  %-12s  %15.0f%%  %5.0f%% %5.0f%% %6.0f%% %7.0f%%  %6.1f\n", kPolicies[k], 100 * shared[k] / n,
                 100 * by_distance[k][0] / n, 100 * by_distance[k][1] / n, 100 * by_distance[k][2] / n,
