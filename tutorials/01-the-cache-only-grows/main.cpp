@@ -70,19 +70,20 @@ static void on_a_24gb_gpu(const std::vector<Named>& models) {
               budget.weight_bits, budget.kv_bits, budget.reserve_gb);
   std::vector<KvFit> fits;
   for (const Named& m : models) fits.push_back(fit_kv_cache(m.config, budget));
-  auto row = [&](const char* label, auto value) {
-    std::printf("  %-26s", label);
+  auto row = [&](const std::string& label, auto value) {
+    std::printf("  %-26s", label.c_str());
     for (const KvFit& f : fits) std::printf("  %12s", value(f).c_str());
     std::printf("\n");
   };
   std::printf("  %-26s  %12s  %12s\n", "", models[0].name.c_str(), models[1].name.c_str());
   row("GPU memory", [](const KvFit& f) { return table_bytes(f.gpu_bytes); });
-  row("- weights at 4 bits", [](const KvFit& f) { return table_bytes(f.weight_bytes); });
+  row("- weights at " + std::to_string(budget.weight_bits) + " bits",
+      [](const KvFit& f) { return table_bytes(f.weight_bytes); });
   row("- reserve", [](const KvFit& f) { return table_bytes(f.reserve_bytes); });
   row("= free for the KV cache", [](const KvFit& f) { return table_bytes(f.free_bytes); });
   row("/ KV bytes per token", [](const KvFit& f) { return commas(f.kv_bytes_per_token); });
   row("= tokens of cache", [](const KvFit& f) { return commas(f.tokens); });
-  row("= blocks of 16 tokens", [](const KvFit& f) { return commas(f.blocks); });
+  row("= blocks of " + std::to_string(budget.block_size) + " tokens", [](const KvFit& f) { return commas(f.blocks); });
 
   const KvFit& big = fits[1];
   std::printf("\n%s on a %g GB GPU: %s tokens of cache in all, for every sequence it serves together.\n",

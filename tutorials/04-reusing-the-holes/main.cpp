@@ -139,6 +139,10 @@ void part2_streaming() {
   }
 }
 
+// The engine run's eviction: prune to 24 live tokens whenever 32 are, never the first 4
+// or the newest 8.
+const EvictionSchedule kEngineSchedule{/*budget=*/24, /*slack=*/8, /*sinks=*/4, /*recent=*/8};
+
 // Logits of a teacher-forced run through the engine: a 16-token prompt, then 120
 // tokens one at a time (arbitrary ids, the same under every strategy). The logits
 // of the prompt's last token and of the first 119 decode steps: [120, vocab]; the
@@ -149,7 +153,7 @@ std::vector<float> engine_run(const Model& m, MemoryStrategy strategy, SequenceS
   config.block_size = 4;
   config.num_blocks = 64;
   config.strategy = strategy;
-  config.schedule = {/*budget=*/24, /*slack=*/8, /*sinks=*/4, /*recent=*/8};
+  config.schedule = kEngineSchedule;
   config.policy = policy_factory("random", /*seed=*/7, "", m.config);
   Engine engine(m, config);
   const int seq = engine.add_sequence();
@@ -171,7 +175,9 @@ std::vector<float> engine_run(const Model& m, MemoryStrategy strategy, SequenceS
 void part3_model() {
   const Model m = load_model(repo_path("tests/models/tiny-untied"));
   std::printf("\ntests/models/tiny-untied through the engine: a 16-token prompt, 120 decode steps, blocks of 4,\n");
-  std::printf("random eviction to 24 live tokens whenever 32 are live\n");
+  const EvictionSchedule& s = kEngineSchedule;
+  std::printf("random eviction to %d live tokens whenever %d are live (never the first %d or the newest %d)\n", s.budget,
+              s.round_starts_at(), s.sinks, s.recent);
   SequenceStats compact_stats;
   std::vector<int64_t> compact_kept;
   const std::vector<float> compact = engine_run(m, MemoryStrategy::Compact, compact_stats, compact_kept);
