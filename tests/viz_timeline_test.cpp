@@ -527,6 +527,19 @@ TEST(VizTimeline, TheLawIsShownOnlyWhereNothingIsProtected) {
   EXPECT_TRUE(load_trace_run(pure_trace)->random_one_shot());
 }
 
+// The counters' law row and the chart's law line ask one question: is there a
+// holes-only view of such a run, the view whose blocks freed the law predicts.
+TEST(VizSession, TheLawIsShownBesideAHolesOnlyView) {
+  RunSettings s = small_one_shot();
+  EXPECT_TRUE(Session(record(s, {}).runs).shows_law());  // holes only, compaction
+  s.strategies = {MemoryStrategy::ReuseHoles, MemoryStrategy::Compact};
+  EXPECT_FALSE(Session(record(s, {}).runs).shows_law());
+  s.strategies = {MemoryStrategy::Compact, MemoryStrategy::HolesOnly};
+  EXPECT_TRUE(Session(record(s, {}).runs).shows_law());
+  s.sinks = 64;
+  EXPECT_FALSE(Session(record(s, {}).runs).shows_law());
+}
+
 // A tooltip's score says what it measures: the policy's own quantity, or the
 // synthetic workload's importance.
 TEST(VizRun, AScoreSaysWhatItMeasures) {

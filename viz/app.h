@@ -10,7 +10,7 @@
 //   draw_controls.cpp  the left panel: scenario and settings, counters, legend
 //                      and the transport bar (play, step, speed, the timeline)
 //   draw_pool.cpp      the block pool: every block a row of block_size slots
-//   draw_sequence.cpp  the sequence: tokens in logical order, kept or evicted
+//   draw_sequence.cpp  the sequence: tokens in logical order, kept, evicted or released
 //   draw_charts.cpp    the counters over time, with the (evicted)^B law
 #pragma once
 
@@ -65,7 +65,8 @@ struct SlotFlash {
   uint32_t colour = 0;
 };
 // View `view`'s slot flashes in this frame, in the order they are drawn (oldest first):
-// of the events of [Session::flash_from, cursor), each slot's latest, while the slot
+// of the events of [Session::flash_from, cursor) (the last 3,000 of them: a long jump
+// flashes only its end), each slot's latest, while the slot
 // still shows its result. So a slot shows one flash at most.
 std::vector<SlotFlash> slot_flashes(const Session& s, int view);
 // The sequence strip's title line: the primary view's counts ("798 written, 318 kept,
@@ -113,7 +114,7 @@ class App {
   std::string rule() const;
 
   // --verify: reads the pixels of the last frame (RGBA, top row first) back
-  // into slot classes (free, live, hole) by the palette, and compares them with
+  // into slot classes (free, live, hole, room) by the palette, and compares them with
   // the replayed occupancy of every pool view (a slot under fading flashes: with them
   // blended off; one under a tooltip, a rectangle of `covers`, or under `outlines`: not
   // read); while playing, also that the sequence strip shows the newest written token

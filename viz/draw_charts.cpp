@@ -4,8 +4,8 @@
 // sampled along the whole run, x = the primary view's event index. The values
 // printed above each chart are the counters at the cursor.
 //   left   tokens evicted %, blocks freed % per strategy, and for random eviction
-//          in one round, nothing protected (Run::random_one_shot), the law (evicted fraction)^block_size:
-//          the blocks it frees without compaction
+//          in one round, nothing protected, beside holes only (Session::shows_law), the law
+//          (evicted fraction)^block_size: the blocks it frees without compaction
 //   right  memory in use per strategy, and the bytes compaction has moved
 // The axes end at round numbers (axis.h).
 // Clicking or dragging in a chart moves the cursor there.
@@ -218,7 +218,7 @@ void fraction_chart(App& app, ImVec2 origin, ImVec2 size) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const Frame f = plot_area(origin, size, double(s.length()), 1.0);
   axes(dl, f, {"0%", "25%", "50%", "75%", "100%"});
-  const bool law = s.view(0).run().random_one_shot();
+  const bool law = s.shows_law();
   std::vector<Line> lines;
   // Tokens evicted: one line when the runs evict the same tokens; one per run, tinted
   // by its strategy, when each scheduled the requests its own way.

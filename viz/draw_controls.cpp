@@ -212,7 +212,7 @@ void counter_table(const Session& s) {
         "blocks freed, taken at every token written and averaged: the run's summary at its end, "
         "when every request is released",
         [](C c) { return percent(c.mean_freed_fraction()); });
-  if (s.view(0).run().random_one_shot())
+  if (s.shows_law())
     row(s, "law: (evicted)^" + std::to_string(s.view(0).counters().block_size),
         "the chance that all block_size tokens of a block were evicted at random (the power is the block "
         "size): what holes only frees (compaction frees more)",
@@ -236,7 +236,7 @@ void counter_notes(const Session& s) {
   auto cost = [](const Run& r) { return bytes(double(r.bytes_per_token)); };
   const Run& a = s.view(0).run();
   const Run& b = s.view(s.views() - 1).run();
-  if (cost(a) == cost(b) && a.token_cost == b.token_cost)
+  if (a.bytes_per_token == b.bytes_per_token && a.token_cost == b.token_cost)
     text_wrapped(cost(a) + " per token (K and V, all layers)" + (a.token_cost.empty() ? "" : ": ") + a.token_cost);
   else
     text_wrapped("per token (K and V, all layers): " + view_label(a) + " " + cost(a) + ", " + view_label(b) + " " +
@@ -247,8 +247,7 @@ void counter_notes(const Session& s) {
     std::string line;
     for (int v = 0; v < s.views(); ++v) {
       const Run& r = s.view(v).run();
-      const auto it = r.header.meta.find("preemptions");
-      if (it != r.header.meta.end()) line += (line.empty() ? "" : ", ") + view_label(r) + " " + it->second;
+      if (!r.meta("preemptions").empty()) line += (line.empty() ? "" : ", ") + view_label(r) + " " + r.meta("preemptions");
     }
     if (!line.empty()) text_wrapped("requests preempted in the whole run: " + line);
   }

@@ -1,12 +1,12 @@
 // The block pool: every physical block a row of block_size slots.
 //
-// A slot is drawn from the replayed Occupancy of its view (Timeline::occupancy):
+// A slot is drawn by its state in the replayed view (Timeline::slot_state):
 //   free block            palette::kFree
 //   live slot             its owner's colour, shaded by the token's score (ScoresAt)
 //   hole                  palette::kHole: an empty slot in a block still in use that
 //                         held a token (evicted, or moved away by compaction)
 //   room                  palette::kRoom: a slot of a block in use not written yet
-// and, for the events just applied ([Session::flash_from, cursor)), a fading
+// and, for the events just applied ([Session::flash_from, cursor), its last kMaxFlash), a fading
 // overlay on each slot's latest: written (white), evicted (bright red), moved
 // (orange); and a block just given back to the pool (a light outline). While compaction slides, the
 // moving tokens are drawn between their source and destination slots.
@@ -198,7 +198,7 @@ void header(const Timeline& t, const Session& s, int view, float width) {
   ImGui::PopStyleColor();
 }
 
-void tooltip(const App& app, const Timeline& t, int block, int slot, const ScoresAt& scores) {
+void tooltip(const Timeline& t, int block, int slot, const ScoresAt& scores) {
   const Occupancy& occ = t.occupancy();
   const int owner = occ.owner(block);
   const int64_t pos = occ.position(block, slot);
@@ -267,10 +267,17 @@ void draw_blocks(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, const
       dl->AddRectFilled({g.slot_x(b, 0), y0}, {g.slot_x(b, B), y1}, palette::kFree);
       continue;
     }
-    if (g.slot_w < 1.0f) {  // too small for slots: the block's share of live slots
-      const float live = float(occ.live_in_block(b)) / float(B);
+    if (g.slot_w < 1.0f) {  // too small for slots: the block's mix of live slots, holes and room
+      int holes = 0, room = 0;
+      for (int j = 0; j < B; ++j) {
+        const SlotState state = t.slot_state(b, j);
+        holes += state == SlotState::Hole;
+        room += state == SlotState::Room;
+      }
+      const uint32_t empty = holes + room ? palette::mix(palette::kHole, palette::kRoom, float(room) / float(holes + room))
+                                          : palette::kHole;
       dl->AddRectFilled({g.slot_x(b, 0), y0}, {g.slot_x(b, B), y1},
-                        palette::mix(palette::kHole, palette::live(owner, 0, false), live));
+                        palette::mix(empty, palette::live(owner, 0, false), float(B - holes - room) / float(B)));
       continue;
     }
     int run_start = 0;
@@ -408,7 +415,7 @@ void draw_pool(App& app, int view, ImVec2 size) {
     if (t.slot_state(block, slot) == SlotState::Live)
       app.hover.seq = occ.owner(block), app.hover.pos = occ.position(block, slot);
     outline_slot(app, dl, g, block, slot);
-    tooltip(app, t, block, slot, scores);
+    tooltip(t, block, slot, scores);
   }
   ImGui::EndGroup();
 }

@@ -1,6 +1,6 @@
-// The sequence: every token in logical order (position 0, 1, 2, ...), kept or
-// evicted. Kept = live in the cache at the cursor (Timeline::locate finds its
-// slot); evicted = written before the cursor but no longer live. The policy
+// The sequence: every token in logical order (position 0, 1, 2, ...), by its state at
+// the cursor (Timeline::token_state): not written yet, live in the cache, evicted by
+// a round of the policy, or released with its request (a served run). The policy
 // makes the same choices under every memory strategy, so one strip serves both
 // pool views; where the runs differ (served requests, two unrelated traces) the
 // strip shows the primary run and says so. With a model's text (and not too many

@@ -48,12 +48,12 @@ namespace {
 void read_token_text(Run& run, const std::string& path) {
   const std::map<int, std::vector<int>> ids = trace_token_ids(run.header, path);
   if (ids.empty()) return;
-  const auto model = run.header.meta.find("model");
-  if (model == run.header.meta.end()) {
+  const std::string model = run.meta("model");
+  if (model.empty()) {
     run.text_note = "token ids, but no model named to read them with: positions shown";
     return;
   }
-  const std::string tokenizer_json = model->second + "/tokenizer.json";
+  const std::string tokenizer_json = model + "/tokenizer.json";
   if (!file_exists(tokenizer_json)) {
     run.text_note = "token ids, but no " + tokenizer_json + " to read them: positions shown";
     return;
@@ -90,16 +90,12 @@ std::shared_ptr<Run> load_trace_run(const std::string& path) {
   run->label = strategy_name(trace.header.strategy);
   run->header = std::move(trace.header);
   run->events = std::move(trace.events);
-  const auto meta = [&](const char* key) {
-    const auto it = run->header.meta.find(key);
-    return it == run->header.meta.end() ? std::string() : it->second;
-  };
-  run->policy = meta("policy");
-  run->source = meta("source");
+  run->policy = run->meta("policy");
+  run->source = run->meta("source");
   // A run without eviction (generate without --budget, serve-bench's "none") still
   // names a memory strategy, the one its cache was built with; it never used it.
   if (run->policy == "none") run->label = "none";
-  const std::string bytes = meta("bytes_per_token");
+  const std::string bytes = run->meta("bytes_per_token");
   if (!bytes.empty()) {
     char* end = nullptr;
     const long long n = std::strtoll(bytes.c_str(), &end, 10);

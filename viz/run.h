@@ -56,20 +56,18 @@ struct Run {
   std::string score_meaning() const;
   // Requests served by the scheduler: sequences finish (or are preempted) and are
   // released. "serve": the app's own; "serve-bench": a trace kvscope serve-bench wrote.
-  bool served() const {
-    const auto it = header.meta.find("source");
-    return it != header.meta.end() && (it->second == "serve" || it->second == "serve-bench");
-  }
+  bool served() const { return meta("source") == "serve" || meta("source") == "serve-bench"; }
   // Random eviction in one round with nothing protected: the run the law (evicted
   // fraction)^block_size describes. Sinks or recent tokens are never evicted, so the
   // rest go more often and such a run frees more (kvscope simulate prints their own law).
   bool random_one_shot() const {
-    auto meta = [&](const char* key) {
-      const auto it = header.meta.find(key);
-      return it == header.meta.end() ? std::string() : it->second;
-    };
     const auto none = [](const std::string& n) { return n.empty() || n == "0"; };
     return policy == "random" && meta("mode") == "one-shot" && none(meta("sinks")) && none(meta("recent"));
+  }
+  // The header's meta value for `key` ("policy", "preemptions", ...), or "" when it has none.
+  std::string meta(const char* key) const {
+    const auto it = header.meta.find(key);
+    return it == header.meta.end() ? std::string() : it->second;
   }
   // The token's text, or "" when the run has none.
   const std::string& text(int seq, int64_t pos) const;

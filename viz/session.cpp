@@ -22,6 +22,13 @@ Session::Session(std::vector<std::shared_ptr<const Run>> runs) {
   seek(0);
 }
 
+bool Session::shows_law() const {
+  if (!view(0).run().random_one_shot()) return false;
+  for (const Timeline& t : views_)
+    if (t.run().header.strategy == MemoryStrategy::HolesOnly) return true;
+  return false;
+}
+
 std::vector<size_t> Session::cursors() const {
   std::vector<size_t> c;
   for (const Timeline& t : views_) c.push_back(t.cursor());

@@ -59,6 +59,10 @@ class Session {
   // always within one view; across views only when they ran the same schedule (a
   // served run's preempted request comes back as a new sequence, numbered by its run).
   bool same_token_ids(int a, int b) const { return a == b || same_schedule_; }
+  // Whether the (evicted)^block_size law is shown, in the counters and the chart: a
+  // one-shot random run with nothing protected (Run::random_one_shot) with a holes-only
+  // view, whose blocks freed the law predicts.
+  bool shows_law() const;
 
   // The clock: the primary's cursor.
   size_t cursor() const { return primary_view().cursor(); }
