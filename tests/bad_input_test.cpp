@@ -595,6 +595,18 @@ TEST(BadInput, AConfigTooLargeToCountIsRefused) {
   std::remove(path.c_str());
 }
 
+// A text too short for one window names the flag to lower (the message said "use a
+// shorter window", which is no flag, with eval's window of --context + 1 tokens).
+TEST(BadInput, ATextTooShortForAWindowNamesTheFlagToLower) {
+  const std::string text = testing::TempDir() + "kvscope-short.txt";
+  std::ofstream(text) << "a few words, far fewer than a window";
+  expect_one_line_error("eval --text '" + text + "' --context 128 --policies streaming --keep 0.5",
+                        text + ": its one document is shorter than 129 tokens; a window is --context + 1 tokens: "
+                               "lower --context");
+  expect_one_line_error("heads --text '" + text + "' --length 128",
+                        text + ": its one document is shorter than 128 tokens; lower --length");
+}
+
 TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {
   // `--windows 1000` on the bundled held-out text used to print "19 windows" with no
   // word that fewer were averaged than asked for.
@@ -608,8 +620,10 @@ TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {
   EXPECT_EQ(eval.code, 0) << eval.err;
   EXPECT_NE(eval.out.find(expected), std::string::npos) << eval.out;
   EXPECT_EQ(run_kvscope("heads --windows 4 --length 128 --from 64").out.find("asked for more"), std::string::npos);
-  // One window is "1 window", not "1 windows".
-  EXPECT_NE(run_kvscope("heads --windows 1 --length 128 --from 64").out.find("\n1 window of 128 tokens; "),
+  // One window is "1 window", not "1 windows"; --from is half of --length unless given
+  // (it was 256 whatever the length: --length 128 alone was refused for a --from never given).
+  EXPECT_NE(run_kvscope("heads --windows 1 --length 128").out.find("\n1 window of 128 tokens; queries at positions "
+                                                                   "64..127"),
             std::string::npos);
   EXPECT_NE(run_kvscope("eval --windows 1 --context 128 --continuation 4 --policies streaming --keep 0.5")
                 .out.find("\n1 window of 128 tokens, "),

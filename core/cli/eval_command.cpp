@@ -87,7 +87,8 @@ void run_eval(EvalArgs a) {
   if (runs_policy(s, "triattention") && !s.calibration.empty()) warn_of_calibration(s.calibration, a.model_dir, a.text);
   check_eval_settings(s, load_config_file(a.model_dir + "/config.json").max_position_embeddings);  // before the long loads
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // the text first: it fails fast
-  const std::vector<std::vector<int>> windows = text_windows(tokenizer, a.text, s.context + 1, a.windows);
+  const std::vector<std::vector<int>> windows = text_windows(
+      tokenizer, a.text, s.context + 1, a.windows, "a window is --context + 1 tokens: lower --context");
   const Model model = load_model(a.model_dir);
 
   const double t0 = now_seconds();

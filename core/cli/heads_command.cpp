@@ -55,7 +55,7 @@ void run_heads(const HeadsArgs& a) {
     throw Error("heads: --length " + std::to_string(a.length) + " is longer than the model's max_position_embeddings (" +
                 std::to_string(positions) + ")");
   const Tokenizer tokenizer = Tokenizer::load(a.model_dir + "/tokenizer.json");  // the text first: it fails fast
-  const auto windows = text_windows(tokenizer, text, a.length, a.windows);
+  const auto windows = text_windows(tokenizer, text, a.length, a.windows, "lower --length");
   const Model model = load_model(a.model_dir);
   const HeadSettings& s = a.settings;
   const std::vector<HeadStats> stats = head_stats(model, windows, s);
@@ -103,7 +103,7 @@ void add_heads_command(CLI::App& app) {
                   "model's)")
       ->check(kFileName);
   cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
-  cmd->add_option("--from", s.from, "First query position measured")->capture_default_str();
+  CLI::Option* from = cmd->add_option("--from", s.from, "First query position measured (default: half of --length)");
   cmd->add_option("--windows", args->windows, "At most N windows (one per document) to average over")
       ->capture_default_str()
       ->check(kPositive);
@@ -116,7 +116,10 @@ void add_heads_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU threads (0 = OMP_NUM_THREADS if set, else all cores)")
       ->capture_default_str()
       ->check(kNonNegative);
-  cmd->callback([args] { run_heads(*args); });
+  cmd->callback([args, from] {
+    if (from->count() == 0) args->settings.from = args->length / 2;  // 256 for the default 512
+    run_heads(*args);
+  });
 }
 
 }  // namespace kvscope::cli

@@ -5,7 +5,7 @@
 namespace kvscope {
 
 std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& path, int length,
-                                           int max_windows) {
+                                           int max_windows, const std::string& advice) {
   const std::string text = read_text_file(path);
   const std::string separator = "<|endoftext|>";
   std::vector<std::vector<int>> windows;
@@ -27,7 +27,7 @@ std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std
   if (windows.empty())
     throw file_error(path, (documents == 1 ? "its one document is" : "each of its " + std::to_string(documents) +
                                                                         " documents is") +
-                               " shorter than " + std::to_string(length) + " tokens; use a shorter window");
+                               " shorter than " + std::to_string(length) + " tokens; " + advice);
   return windows;
 }
 

@@ -12,8 +12,8 @@
 namespace kvscope {
 
 // At most max_windows windows (0 = all). kvscope::Error naming the file when no
-// document is long enough.
+// document is long enough, ending with `advice` (what the caller's user can lower).
 std::vector<std::vector<int>> text_windows(const Tokenizer& tokenizer, const std::string& path, int length,
-                                           int max_windows = 0);
+                                           int max_windows = 0, const std::string& advice = "use a shorter window");
 
 }  // namespace kvscope
