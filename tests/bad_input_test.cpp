@@ -605,6 +605,15 @@ TEST(BadInput, ATextTooShortForAWindowNamesTheFlagToLower) {
                                "lower --context");
   expect_one_line_error("heads --text '" + text + "' --length 128",
                         text + ": its one document is shorter than 128 tokens; lower --length");
+  std::remove(text.c_str());
+}
+
+// heads' --from, when not given, is half of --length but leaves 10 middle keys or more.
+TEST(BadInput, HeadsMeasuresFromHalfTheLengthOrLater) {
+  EXPECT_NE(run_kvscope("heads --windows 1 --length 64").out.find("queries at positions 46..63"), std::string::npos);
+  expect_one_line_error("heads --length 40",
+                        "heads: --length 40 leaves no query to measure: the first is at --sinks + --recent + 10 = 46 "
+                        "or later (so that 10 middle keys or more are measured)");
 }
 
 TEST(BadInput, MoreWindowsThanTheTextHoldsIsSaidNotHidden) {

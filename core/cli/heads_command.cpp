@@ -1,6 +1,6 @@
 // kvscope heads: what each attention head of a model looks at, on held-out text.
 //
-//   kvscope heads [--model DIR] [--text FILE] [--length 512] [--from 256] [--windows 4]
+//   kvscope heads [--model DIR] [--text FILE] [--length 512] [--from length/2] [--windows 4]
 //
 // Prints, per layer and query head, the attention that goes to the first tokens
 // (sinks), to the newest ones (local) and, of the attention to the middle keys
@@ -103,7 +103,8 @@ void add_heads_command(CLI::App& app) {
                   "model's)")
       ->check(kFileName);
   cmd->add_option("--length", args->length, "Tokens per window")->capture_default_str();
-  CLI::Option* from = cmd->add_option("--from", s.from, "First query position measured (default: half of --length)");
+  CLI::Option* from = cmd->add_option(
+      "--from", s.from, "First query position measured (default: half of --length, at least --sinks + --recent + 10)");
   cmd->add_option("--windows", args->windows, "At most N windows (one per document) to average over")
       ->capture_default_str()
       ->check(kPositive);
@@ -117,7 +118,17 @@ void add_heads_command(CLI::App& app) {
       ->capture_default_str()
       ->check(kNonNegative);
   cmd->callback([args, from] {
-    if (from->count() == 0) args->settings.from = args->length / 2;  // 256 for the default 512
+    HeadSettings& settings = args->settings;
+    // Not given: 256 for the default 512, and enough middle keys below 92. (Bad sinks or
+    // recent are check_head_settings' to name.)
+    const int64_t lowest = int64_t(settings.sinks) + settings.recent + kMinMiddleKeys;
+    if (from->count() == 0 && settings.sinks >= 0 && settings.recent >= 0 && lowest - kMinMiddleKeys < args->length) {
+      if (lowest >= args->length)
+        throw Error("heads: --length " + std::to_string(args->length) + " leaves no query to measure: the first is at " +
+                    "--sinks + --recent + " + std::to_string(kMinMiddleKeys) + " = " + std::to_string(lowest) +
+                    " or later (so that " + std::to_string(kMinMiddleKeys) + " middle keys or more are measured)");
+      settings.from = int(std::max<int64_t>(args->length / 2, lowest));
+    }
     run_heads(*args);
   });
 }
