@@ -538,6 +538,13 @@ TEST(VizSession, TheLawIsShownBesideAHolesOnlyView) {
   EXPECT_TRUE(Session(record(s, {}).runs).shows_law());
   s.sinks = 64;
   EXPECT_FALSE(Session(record(s, {}).runs).shows_law());
+  // Two unrelated runs: a pure one-shot compacted, beside a holes-only run with sinks.
+  RunSettings pure = small_one_shot();
+  pure.strategies = {MemoryStrategy::Compact};
+  RunSettings with_sinks = small_one_shot();
+  with_sinks.strategies = {MemoryStrategy::HolesOnly};
+  with_sinks.sinks = 64;
+  EXPECT_FALSE(Session({record(pure, {}).runs.at(0), record(with_sinks, {}).runs.at(0)}).shows_law());
 }
 
 // A tooltip's score says what it measures: the policy's own quantity, or the
@@ -1016,16 +1023,18 @@ TEST(VizTimeline, EveryTokenAndSlotStateIsTold) {
   for (int i = 0; i < 3; ++i) cache.append(a);  // positions 0, 1 | 2 and room
   cache.append(b);
   for (int i = 0; i < 2; ++i) cache.append(c);  // the pool's last block, full
+  const int c_block = cache.sequence(c).blocks.at(0);
   cache.begin_round(a);
   cache.evict(a, {1});
   cache.end_round(a);
   cache.evict(c, {0, 1});  // outside a round: in the events, what a release looks like
   cache.release_sequence(b);
   const int d = cache.add_sequence();
-  cache.append(d);  // a block b or c wrote in: one slot written, one room again
+  cache.append(d);  // a block c wrote in: one slot written, one room again
   const std::vector<int> a_blocks = cache.sequence(a).blocks, d_blocks = cache.sequence(d).blocks;
   ASSERT_EQ(a_blocks.size(), 2u);
   ASSERT_EQ(d_blocks.size(), 1u);
+  ASSERT_EQ(d_blocks[0], c_block);  // the pool hands out the block freed first
   run->header = {/*block_size=*/2, /*num_blocks=*/4, MemoryStrategy::HolesOnly, {}};
   run->bytes_per_token = 1;
   Timeline t(run);
@@ -1041,7 +1050,7 @@ TEST(VizTimeline, EveryTokenAndSlotStateIsTold) {
   EXPECT_EQ(t.slot_state(a_blocks[1], 0), SlotState::Live);
   EXPECT_EQ(t.slot_state(a_blocks[1], 1), SlotState::Room);
   EXPECT_EQ(t.slot_state(d_blocks[0], 0), SlotState::Live);
-  EXPECT_EQ(t.slot_state(d_blocks[0], 1), SlotState::Room);  // written before, by b or c: not a hole of d's
+  EXPECT_EQ(t.slot_state(d_blocks[0], 1), SlotState::Room);  // written before, by c: not a hole of d's
   int free_slots = 0;
   for (int block = 0; block < 4; ++block)
     for (int slot = 0; slot < 2; ++slot) free_slots += t.slot_state(block, slot) == SlotState::Free;

@@ -255,7 +255,7 @@ uint32_t slot_colour(const Timeline& t, const ScoresAt& scores, const std::vecto
 }
 
 // Every block: free, or its slots in runs of equal colour (one rectangle a run);
-// where slots are under a pixel wide, the block's share of live slots.
+// where slots are under a pixel wide, one colour mixing its live slots, holes and room.
 void draw_blocks(ImDrawList* dl, const PoolGeometry& g, const Timeline& t, const ScoresAt& scores,
                  const std::vector<uint8_t>& leaving) {
   const Occupancy& occ = t.occupancy();

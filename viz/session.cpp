@@ -23,9 +23,9 @@ Session::Session(std::vector<std::shared_ptr<const Run>> runs) {
 }
 
 bool Session::shows_law() const {
-  if (!view(0).run().random_one_shot()) return false;
+  if (!view(0).run().random_one_shot()) return false;  // the law's figure is view 0's
   for (const Timeline& t : views_)
-    if (t.run().header.strategy == MemoryStrategy::HolesOnly) return true;
+    if (t.run().header.strategy == MemoryStrategy::HolesOnly && t.run().random_one_shot()) return true;
   return false;
 }
 

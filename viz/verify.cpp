@@ -4,8 +4,8 @@
 // centre pixel) and classified by the palette: free, live (any owner's colour
 // at any shade), hole or unwritten room. The expected class comes from the replayed Occupancy
 // of that view (Timeline::slot_state, which the drawing code reads too: --verify checks the
-// colours and places drawn, and the classification itself is tested in tests/viz_timeline_test.cpp
-// and, independently of slot_state, by VerifyPicture in tests/viz_app/app_test.cpp). Any slot that disagrees is reported.
+// colours and places drawn; the classification itself is tested in tests/viz_timeline_test.cpp,
+// and VerifyPicture in tests/viz_app/app_test.cpp paints slots without slot_state). Any slot that disagrees is reported.
 // A slot that flashes (an event of the last moment, fading: slot_flashes) is read
 // with its flash blended off. One under a tooltip or the outline of the token under
 // the mouse (--mouse) is counted and not checked; a view where no slot could be read

@@ -856,9 +856,10 @@ class VerifyPicture : public HeadlessApp {
       for (int i = 0; i < 3; ++i) p[i] = uint8_t(std::lround(k * float((f.colour >> (8 * i)) & 0xFF) + (1 - k) * p[i]));
     }
   }
-  // Each slot in its class's colour, classified here from the occupancy and not by
-  // Timeline::slot_state, which the app and --verify both read: a wrong class there
-  // would otherwise be drawn and expected alike.
+  // Each slot in its class's colour, classified here from the occupancy and
+  // Timeline::used, not by Timeline::slot_state, which the app and --verify both read:
+  // a wrong choice there would otherwise be drawn and expected alike. (The bookkeeping
+  // underneath, used(), is checked by VizTimeline.EveryTokenAndSlotStateIsTold.)
   void paint() {
     for (int v = 0; v < app.session->views(); ++v) {
       const Timeline& t = app.session->view(v);
