@@ -118,17 +118,7 @@ void add_heads_command(CLI::App& app) {
       ->capture_default_str()
       ->check(kNonNegative);
   cmd->callback([args, from] {
-    HeadSettings& settings = args->settings;
-    // Not given: 256 for the default 512, and enough middle keys below 92. (Bad sinks or
-    // recent are check_head_settings' to name.)
-    const int64_t lowest = int64_t(settings.sinks) + settings.recent + kMinMiddleKeys;
-    if (from->count() == 0 && settings.sinks >= 0 && settings.recent >= 0 && lowest - kMinMiddleKeys < args->length) {
-      if (lowest >= args->length)
-        throw Error("heads: --length " + std::to_string(args->length) + " leaves no query to measure: the first is at " +
-                    "--sinks + --recent + " + std::to_string(kMinMiddleKeys) + " = " + std::to_string(lowest) +
-                    " or later (so that " + std::to_string(kMinMiddleKeys) + " middle keys or more are measured)");
-      settings.from = int(std::max<int64_t>(args->length / 2, lowest));
-    }
+    if (from->count() == 0) args->settings.from = default_first_query(args->settings, args->length);  // 256 for 512
     run_heads(*args);
   });
 }

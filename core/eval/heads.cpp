@@ -28,15 +28,33 @@ double top_decile_share(std::vector<double> received) {
 
 }  // namespace
 
-void check_head_settings(const HeadSettings& s, int length) {
+namespace {
+
+// sinks, recent >= 0 and fewer than the window's tokens. Returns the lowest first
+// query: with at least kMinMiddleKeys middle keys, [sinks, from - recent), their top
+// 10% is one key of ten or more (with none, or one, heavy would read 0% or 100%).
+int64_t lowest_first_query(const HeadSettings& s, int length) {
   if (s.sinks < 0 || s.recent < 0) throw Error("heads: sinks and recent must be >= 0");
   const int64_t protected_tokens = int64_t(s.sinks) + s.recent;  // in 64 bits: each may be near INT_MAX
   if (length <= protected_tokens)  // no query then has keys that are neither sinks nor recent
     throw Error("heads: sinks + recent (" + std::to_string(s.sinks) + " + " + std::to_string(s.recent) +
                 ") must be fewer than the window's tokens (--length " + std::to_string(length) + ")");
-  // At least kMinMiddleKeys middle keys, [sinks, from - recent), so that their top
-  // 10% is one key of ten or more (with none, or one, heavy would read 0% or 100%).
-  const int64_t lowest = protected_tokens + kMinMiddleKeys;
+  return protected_tokens + kMinMiddleKeys;
+}
+
+}  // namespace
+
+int default_first_query(const HeadSettings& s, int length) {
+  const int64_t lowest = lowest_first_query(s, length);
+  if (lowest >= length)
+    throw Error("heads: --length " + std::to_string(length) + " leaves no query to measure: the first is at " +
+                "--sinks + --recent + " + std::to_string(kMinMiddleKeys) + " = " + std::to_string(lowest) +
+                " or later (so that " + std::to_string(kMinMiddleKeys) + " middle keys or more are measured)");
+  return int(std::max<int64_t>(length / 2, lowest));
+}
+
+void check_head_settings(const HeadSettings& s, int length) {
+  const int64_t lowest = lowest_first_query(s, length);
   if (s.from < lowest || s.from >= length)
     throw Error("heads: the first measured query (--from " + std::to_string(s.from) +
                 ") must be in [sinks + recent + " + std::to_string(kMinMiddleKeys) + ", window length) = [" +

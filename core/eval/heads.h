@@ -37,6 +37,9 @@ struct HeadSettings {
 // recent window and at least kMinMiddleKeys middle keys.
 constexpr int kMinMiddleKeys = 10;
 void check_head_settings(const HeadSettings& settings, int length);
+// The first query measured when none is asked for: half of the window, but no
+// lower than that. kvscope::Error, as above, when the window leaves no query.
+int default_first_query(const HeadSettings& settings, int length);
 
 // [layer * num_heads + head]. windows: token ids, all of one length > from.
 std::vector<HeadStats> head_stats(const Model& model, const std::vector<std::vector<int>>& windows,
